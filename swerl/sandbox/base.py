@@ -1,0 +1,153 @@
+"""The sandbox protocol: one small surface that every backend implements.
+
+A sandbox is an isolated machine where untrusted commands run. Each command is
+stateless (a fresh ``bash -c`` in its cwd), as in mini-swe-agent; state lives in
+the filesystem. Backends differ only in how the sandbox is started and how the
+one long-lived channel to its command server is opened (see ``shell.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from swerl.errors import (
+    BackendUnavailable,
+    CommandFailed,
+    ImageMissing,
+    InfraError,
+    SandboxClosed,
+    SandboxError,
+    SwerlError,
+)
+
+__all__ = [
+    "BackendUnavailable",
+    "CommandFailed",
+    "ExecResult",
+    "ImageMissing",
+    "InfraError",
+    "Sandbox",
+    "SandboxClosed",
+    "SandboxConfig",
+    "SandboxError",
+    "SwerlError",
+    "default_run_id",
+]
+
+OWNER_LABEL = "swerl.owner"
+RUN_LABEL = "swerl.run"
+HOST_LABEL = "swerl.host"
+PID_LABEL = "swerl.pid"
+
+# Capabilities an agent needs to work as root on its own repo (install packages,
+# chown in builds, kill its own processes). Everything else is dropped.
+DEFAULT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
+
+
+def default_run_id() -> str:
+    """A run id unique to this process: labels let a reaper find its sandboxes."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command did.
+
+    ``returncode`` is the exit status as bash reports it (128+N when killed by
+    signal N). On timeout the whole process group was killed with SIGKILL, so
+    ``returncode`` is 137 and ``timed_out`` is True. ``output`` is stdout and
+    stderr merged in the order they were written, decoded as UTF-8 with
+    replacement; ``raw`` holds the exact bytes.
+    """
+
+    raw: bytes
+    returncode: int
+    duration: float
+    timed_out: bool = False
+    truncated: bool = False
+
+    @property
+    def output(self) -> str:
+        return self.raw.decode("utf-8", errors="replace")
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def check(self, command: str = "") -> ExecResult:
+        """Raise CommandFailed unless the command succeeded; return self otherwise."""
+        if not self.ok:
+            what = "timed out" if self.timed_out else f"exited {self.returncode}"
+            raise CommandFailed(f"command {what}: {command[:200]!r}\n{self.output[-2000:]}", self)
+        return self
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Limits and isolation for untrusted code. Safe by default; all configurable."""
+
+    network: bool = False
+    memory: str = "4g"
+    cpus: float = 2.0
+    pids_limit: int = 1024
+    cap_add: tuple[str, ...] = DEFAULT_CAPS
+    user: str = "root"
+    workdir: str = "/"
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: float = 120.0
+    """Default per-command timeout in seconds (0 means none)."""
+    output_cap: int = 1 << 20
+    """Bytes of output kept per command; beyond it the head and tail are kept."""
+    start_timeout: float = 60.0
+    lifetime: float = 6 * 3600.0
+    """Seconds the sandbox may live at most: it must outlive any episode."""
+    run_id: str = field(default_factory=default_run_id)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def replace(self, **changes: object) -> SandboxConfig:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def all_labels(self) -> dict[str, str]:
+        return {
+            OWNER_LABEL: "swerl",
+            RUN_LABEL: self.run_id,
+            HOST_LABEL: socket.gethostname(),
+            PID_LABEL: str(os.getpid()),
+            **self.labels,
+        }
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Where commands run. Backends: docker, enroot, kubernetes."""
+
+    image: str
+    config: SandboxConfig
+
+    def start(self) -> Sandbox: ...
+
+    def execute(
+        self,
+        command: str,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult: ...
+
+    def read_file(self, path: str) -> bytes: ...
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+
+    def close(self) -> None: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    def __enter__(self) -> Sandbox: ...
+
+    def __exit__(self, *exc: object) -> None: ...

@@ -1,0 +1,302 @@
+"""Docker backend: one container per sandbox, one exec socket to its command server.
+
+Uses the docker SDK (no ``docker`` CLI, no ``docker exec`` per command). The
+container's PID 1 is a tiny bash loop that reaps orphans and exits when the
+sandbox's lifetime is over, so a sandbox left behind by a dead process ends on
+its own even before the reaper removes it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket as pysocket
+import struct
+import weakref
+from typing import Any
+
+import docker
+import docker.errors
+
+from swerl.errors import BackendUnavailable, ImageMissing, SandboxClosed, SandboxError
+from swerl.sandbox.base import (
+    HOST_LABEL,
+    OWNER_LABEL,
+    PID_LABEL,
+    RUN_LABEL,
+    ExecResult,
+    SandboxConfig,
+)
+from swerl.sandbox.shell import ShellChannel, server_command
+
+INIT_SCRIPT = 'trap "exit 0" TERM INT; sleep "$1" & wait $!'
+
+
+def connect(timeout: float = 120.0) -> docker.DockerClient:
+    """A docker client, or BackendUnavailable saying how to fix it."""
+    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        client = docker.from_env(version="auto", timeout=int(timeout))
+        client.ping()
+    except docker.errors.DockerException as e:
+        raise BackendUnavailable(
+            f"cannot reach the Docker daemon at {where}: {e}. "
+            "Is dockerd running? Start it (`dockerd &` as root, or `systemctl start docker`) "
+            "or set DOCKER_HOST."
+        ) from e
+    return client
+
+
+def require_image(client: docker.DockerClient, image: str) -> None:
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound as e:
+        raise ImageMissing(
+            f"image {image!r} is not present in the local Docker daemon and no registry is used. "
+            "Build it: `swerl images build-base` for the base image, "
+            "`swerl tasks build-images SUITE` for task images."
+        ) from e
+    except docker.errors.APIError as e:
+        raise SandboxError(f"cannot inspect image {image!r}: {e}") from e
+
+
+class _FrameReader:
+    """Demultiplexes docker's attach stream (8-byte frame headers, tty off)."""
+
+    def __init__(self, sock: pysocket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+        self.stderr = bytearray()
+
+    def recv(self) -> bytes:
+        while True:
+            if len(self.buf) >= 8:
+                kind, size = struct.unpack(">BxxxL", self.buf[:8])
+                if len(self.buf) >= 8 + size:
+                    payload = bytes(self.buf[8 : 8 + size])
+                    del self.buf[: 8 + size]
+                    if kind == 2:
+                        self.stderr += payload
+                        del self.stderr[:-65536]
+                        continue
+                    return payload
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except TimeoutError as e:
+                raise TimeoutError(str(e)) from e
+            if not chunk:
+                return b""
+            self.buf += chunk
+
+
+def _remove_container(client: docker.DockerClient, container_id: str) -> None:
+    try:
+        client.api.remove_container(container_id, force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as e:
+        if "already in progress" not in str(e):
+            raise
+
+
+class DockerSandbox:
+    """A sandbox in a local (or DOCKER_HOST) Docker container."""
+
+    backend = "docker"
+
+    def __init__(
+        self,
+        image: str,
+        config: SandboxConfig | None = None,
+        client: docker.DockerClient | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.image = image
+        self.config = config or SandboxConfig()
+        self.name = name
+        self._client = client
+        self.container_id: str | None = None
+        self._channel: ShellChannel | None = None
+        self._sock: Any = None
+        self._closed = False
+        self._finalizer: weakref.finalize | None = None
+
+    # ------------------------------------------------------------- lifecycle
+    def start(self) -> DockerSandbox:
+        if self._closed:
+            raise SandboxClosed("this sandbox was closed; make a new one")
+        if self.container_id:
+            return self
+        client = self._client = self._client or connect()
+        require_image(client, self.image)
+        cfg = self.config
+        try:
+            container = client.containers.create(
+                self.image,
+                command=["bash", "-c", INIT_SCRIPT, "swerl-init", str(int(cfg.lifetime))],
+                entrypoint=[],
+                name=self.name,
+                labels=cfg.all_labels(),
+                environment=dict(cfg.env),
+                working_dir=cfg.workdir,
+                user=cfg.user,
+                network_mode="bridge" if cfg.network else "none",
+                mem_limit=cfg.memory,
+                memswap_limit=cfg.memory,
+                nano_cpus=int(cfg.cpus * 1e9),
+                pids_limit=cfg.pids_limit,
+                cap_drop=["ALL"],
+                cap_add=list(cfg.cap_add),
+                security_opt=["no-new-privileges"],
+                privileged=False,
+                hostname="sandbox",
+                detach=True,
+            )
+        except docker.errors.ImageNotFound as e:
+            raise ImageMissing(f"image {self.image!r} vanished: {e}") from e
+        except docker.errors.APIError as e:
+            raise SandboxError(f"cannot create a container of {self.image!r}: {e}") from e
+        self.container_id = container.id
+        self._finalizer = weakref.finalize(self, _remove_container, client, container.id)
+        try:
+            container.start()
+            self._open_channel()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _open_channel(self) -> None:
+        api = self._client.api
+        try:
+            exec_id = api.exec_create(
+                self.container_id,
+                server_command(self.config.output_cap),
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                user=self.config.user,
+                workdir="/",
+            )["Id"]
+            self._sock = api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as e:
+            raise SandboxError(f"cannot start the command server in {self.short_id}: {e}") from e
+        raw = getattr(self._sock, "_sock", self._sock)
+        raw.setsockopt(
+            pysocket.IPPROTO_TCP, pysocket.TCP_NODELAY, 1
+        ) if raw.family != pysocket.AF_UNIX else None
+        reader = _FrameReader(raw)
+        self._channel = ShellChannel(
+            send=raw.sendall,
+            recv=reader.recv,
+            set_timeout=raw.settimeout,
+            describe=f"docker sandbox {self.short_id} ({self.image})",
+        )
+        self._channel.handshake(self.config.start_timeout)
+
+    @property
+    def short_id(self) -> str:
+        return (self.container_id or "unstarted")[:12]
+
+    @property
+    def alive(self) -> bool:
+        return bool(self._channel and not self._channel.broken and not self._closed)
+
+    def close(self) -> None:
+        """Remove the container. Idempotent; safe to call from finally blocks."""
+        self._closed = True
+        if self._channel:
+            self._channel.quit()
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+        if self._finalizer is not None:
+            self._finalizer()  # removes the container exactly once
+            self._finalizer = None
+
+    def __enter__(self) -> DockerSandbox:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------- commands
+    def _live_channel(self) -> ShellChannel:
+        if self._closed:
+            raise SandboxClosed(f"docker sandbox {self.short_id} is closed")
+        if self._channel is None:
+            self.start()
+        assert self._channel is not None
+        return self._channel
+
+    def execute(
+        self,
+        command: str,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        channel = self._live_channel()
+        timeout = self.config.timeout if timeout is None else timeout
+        try:
+            return channel.execute(command, cwd or self.config.workdir, timeout, env)
+        except SandboxError as e:
+            raise SandboxError(f"{e}{self._state_hint()}") from e
+
+    def read_file(self, path: str) -> bytes:
+        return self._live_channel().read_file(path)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self._live_channel().write_file(path, bytes(data), mode)
+
+    def _state_hint(self) -> str:
+        try:
+            state = self._client.api.inspect_container(self.container_id)["State"]
+        except docker.errors.NotFound:
+            return " (the container no longer exists)"
+        except Exception:
+            return ""
+        bits = [f"status={state.get('Status')}"]
+        if state.get("OOMKilled"):
+            bits.append("OOMKilled")
+        if state.get("ExitCode"):
+            bits.append(f"exit={state.get('ExitCode')}")
+        return f" (container {', '.join(bits)})"
+
+
+def reap(
+    run_id: str | None = None,
+    client: docker.DockerClient | None = None,
+    orphans_only: bool = False,
+) -> int:
+    """Remove swerl containers: of one run, or all of them, or those whose creator died.
+
+    Returns how many were removed.
+    """
+    client = client or connect()
+    filters = [f"{OWNER_LABEL}=swerl"]
+    if run_id:
+        filters.append(f"{RUN_LABEL}={run_id}")
+    removed = 0
+    for c in client.api.containers(all=True, filters={"label": filters}):
+        labels = c.get("Labels") or {}
+        if orphans_only and not _creator_dead(labels):
+            continue
+        _remove_container(client, c["Id"])
+        removed += 1
+    return removed
+
+
+def _creator_dead(labels: dict[str, str]) -> bool:
+    if labels.get(HOST_LABEL) != pysocket.gethostname():
+        return False  # cannot tell for another host's containers
+    try:
+        os.kill(int(labels.get(PID_LABEL, "0")), 0)
+    except (ProcessLookupError, ValueError):
+        return True
+    except PermissionError:
+        return False
+    return False

@@ -1,0 +1,312 @@
+"""The in-sandbox command server and its client, shared by every backend.
+
+A backend's only job is to start a sandbox and give us one duplex byte stream
+to ``bash -c SERVER_SCRIPT`` running inside it (a docker exec socket, the stdin
+and stdout of ``enroot start``, a Kubernetes exec websocket). Over that stream
+every command costs a couple of forks inside the sandbox instead of a new
+``docker exec``.
+
+Wire protocol (all lengths in bytes, fields separated by one space)::
+
+    request  X id timeout cwd_len cmd_len env_len\\n cwd cmd env
+             W id path_len data_len mode\\n path data        (write a file)
+             F id path_len 0 0\\n path                         (read a file)
+    reply    R id returncode timed_out total head tail\\n head-bytes tail-bytes
+
+The server needs only bash and coreutils. Each command runs as a fresh
+``bash -c`` in its own process group (``set -m``), with stdout and stderr
+merged into one file in the order they were written. The timeout kills the
+whole group with SIGKILL. Output beyond the cap is sent as its head and tail.
+Replies are length-framed, so any bytes (NUL, invalid UTF-8) pass unharmed.
+
+Commands on one channel are serialized: the server runs one at a time and the
+client holds a lock for each request/reply. Open more sandboxes for parallelism.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from swerl.errors import SandboxError
+from swerl.sandbox.base import ExecResult
+
+SERVER_SCRIPT = r"""
+_lc=${LC_ALL-__swerl_unset__}
+LC_ALL=C
+cap=${1:-1048576}
+d=$(mktemp -d /tmp/.swerl.XXXXXXXX) || exit 90
+mkfifo "$d/done" || exit 91
+exec 3<>"$d/done"
+exec 2>>"$d/server.err"
+set -m
+out="$d/out"
+err="$d/err"
+reply() {  # rc timed_out file
+    local size=0
+    [ -s "$3" ] && size=$(stat -c %s -- "$3")
+    if [ "$size" -le "$cap" ]; then
+        printf 'R %s %s %s %s %s 0\n' "$id" "$1" "$2" "$size" "$size"
+        [ "$size" -gt 0 ] && cat -- "$3"
+    else
+        local h=$((cap / 2)) t=$((cap - cap / 2))
+        printf 'R %s %s %s %s %s %s\n' "$id" "$1" "$2" "$size" "$h" "$t"
+        head -c "$h" -- "$3"
+        tail -c "$t" -- "$3"
+    fi
+}
+printf 'SWERL-READY %s\n' "$$"
+while IFS=' ' read -r op id a b c e; do
+    case $op in
+    X)
+        cwd= cmd= envs=
+        [ "$b" -gt 0 ] && IFS= read -r -N "$b" cwd
+        [ "$c" -gt 0 ] && IFS= read -r -N "$c" cmd
+        [ "$e" -gt 0 ] && IFS= read -r -N "$e" envs
+        (
+            if [ "$_lc" = __swerl_unset__ ]; then unset LC_ALL; else LC_ALL=$_lc; fi
+            if ! cd -- "${cwd:-/}" 2>/dev/null; then
+                printf 'swerl: cannot run in %s: no such directory\n' "$cwd" >"$out"
+                printf '%s 1\n' "$id" >&3
+                exit 1
+            fi
+            eval "$envs"
+            bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&-
+            printf '%s %s\n' "$id" "$?" >&3
+        ) &
+        pid=$! to=0 rc=
+        while :; do
+            if [ "$a" = 0 ]; then
+                read -r -u 3 rid rc
+            elif ! read -r -t "$a" -u 3 rid rc; then
+                to=1
+                break
+            fi
+            [ "$rid" = "$id" ] && break
+        done
+        if [ "$to" = 1 ]; then
+            kill -KILL -- "-$pid" 2>/dev/null
+            rc=137
+        fi
+        wait "$pid" 2>/dev/null
+        reply "$rc" "$to" "$out"
+        ;;
+    W)
+        path=
+        IFS= read -r -N "$a" path
+        if [ -n "${path%/*}" ] && [ "${path%/*}" != "$path" ]; then mkdir -p -- "${path%/*}" 2>"$err"; fi
+        if : >"$path" 2>"$err"; then
+            head -c "$b" >"$path"
+            chmod "$c" -- "$path" 2>"$err"
+            reply $? 0 /dev/null
+        else
+            head -c "$b" >/dev/null
+            reply 1 0 "$err"
+        fi
+        ;;
+    F)
+        path=
+        IFS= read -r -N "$a" path
+        if [ -f "$path" ] && [ -r "$path" ]; then
+            cap=$((1 << 62)) reply 0 0 "$path"
+        else
+            printf 'no such readable file: %s\n' "$path" >"$err"
+            reply 1 0 "$err"
+        fi
+        ;;
+    Q)
+        exit 0
+        ;;
+    *)
+        printf 'unknown request: %s\n' "$op" >"$err"
+        reply 2 0 "$err"
+        ;;
+    esac
+done
+"""
+
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def server_command(output_cap: int) -> list[str]:
+    """argv that starts the command server inside a sandbox.
+
+    The script itself arrives first on stdin (see ``ShellChannel.handshake``), so
+    ``ps`` inside the sandbox shows one short line instead of the whole server.
+    """
+    loader = f'IFS= read -r -N {len(SERVER_SCRIPT.encode())} s && eval "$s"'
+    return ["bash", "-c", loader, "swerl-server", str(int(output_cap))]
+
+
+def encode_env(env: dict[str, str]) -> bytes:
+    """Environment as shell ``export`` lines, evaluated inside the command's subshell."""
+    lines = []
+    for key, value in env.items():
+        if not _ENV_KEY.match(key):
+            raise ValueError(f"invalid environment variable name: {key!r}")
+        if "\0" in value:
+            raise ValueError(f"environment variable {key} contains a NUL byte")
+        lines.append(f"export {key}={shlex.quote(value)}\n")
+    return "".join(lines).encode()
+
+
+@dataclass
+class Reply:
+    returncode: int
+    timed_out: bool
+    total: int
+    head: bytes
+    tail: bytes
+
+    @property
+    def truncated(self) -> bool:
+        return len(self.head) + len(self.tail) < self.total
+
+    def body(self) -> bytes:
+        if not self.truncated:
+            return self.head + self.tail
+        dropped = self.total - len(self.head) - len(self.tail)
+        return self.head + f"\n[... swerl: {dropped} bytes of output truncated ...]\n".encode() + self.tail
+
+
+class ShellChannel:
+    """Client of SERVER_SCRIPT over any duplex byte stream.
+
+    ``send`` writes all bytes; ``recv`` returns the next chunk and ``b""`` at end
+    of stream; it may raise ``TimeoutError`` after ``set_timeout`` seconds.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[bytes], None],
+        recv: Callable[[], bytes],
+        set_timeout: Callable[[float | None], None] = lambda _t: None,
+        describe: str = "sandbox",
+    ) -> None:
+        self._send = send
+        self._recv = recv
+        self._set_timeout = set_timeout
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self._ids = 0
+        self._broken: str | None = None
+        self.describe = describe
+        self.server_pid: int | None = None
+
+    # ----------------------------------------------------------------- framing
+    def _fill(self) -> None:
+        try:
+            chunk = self._recv()
+        except TimeoutError as e:
+            raise self._break("no reply from the command server in time") from e
+        except OSError as e:
+            raise self._break(f"channel error: {e}") from e
+        if not chunk:
+            raise self._break("the command server's channel closed (the sandbox died?)")
+        self._buf += chunk
+
+    def _readline(self) -> bytes:
+        while (i := self._buf.find(b"\n")) < 0:
+            self._fill()
+        line = bytes(self._buf[:i])
+        del self._buf[: i + 1]
+        return line
+
+    def _readexact(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            self._fill()
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+    def _break(self, why: str) -> SandboxError:
+        self._broken = why
+        return SandboxError(f"{self.describe}: {why}")
+
+    @property
+    def broken(self) -> str | None:
+        return self._broken
+
+    # ---------------------------------------------------------------- protocol
+    def handshake(self, timeout: float) -> None:
+        """Send the server script to the loader and wait until it is ready."""
+        self._set_timeout(timeout)
+        try:
+            self._send(SERVER_SCRIPT.encode())
+        except OSError as e:
+            raise self._break(f"cannot send the server script: {e}") from e
+        while True:
+            line = self._readline()
+            if line.startswith(b"SWERL-READY"):
+                self.server_pid = int(line.split()[1])
+                return
+
+    def _request(self, header: str, payload: bytes, wait: float | None) -> Reply:
+        if self._broken:
+            raise SandboxError(f"{self.describe}: channel unusable: {self._broken}")
+        with self._lock:
+            self._ids += 1
+            rid = self._ids
+            self._set_timeout(wait)
+            try:
+                self._send(f"{header.format(id=rid)}\n".encode() + payload)
+            except OSError as e:
+                raise self._break(f"cannot send to the command server: {e}") from e
+            fields = self._readline().split()
+            if len(fields) != 7 or fields[0] != b"R" or int(fields[1]) != rid:
+                raise self._break(f"protocol error: unexpected reply {fields[:7]!r}")
+            rc, to, total, head, tail = (int(f) for f in fields[2:])
+            return Reply(rc, bool(to), total, self._readexact(head), self._readexact(tail))
+
+    def execute(
+        self, command: str, cwd: str, timeout: float, env: dict[str, str] | None = None
+    ) -> ExecResult:
+        cmd = command.encode("utf-8", errors="surrogateescape")
+        if b"\0" in cmd:
+            raise ValueError("command contains a NUL byte, which no shell can run")
+        cwd_b = cwd.encode()
+        env_b = encode_env(env or {})
+        timeout = max(float(timeout or 0), 0.0)
+        t = f"{timeout:.3f}" if timeout else "0"
+        header = f"X {{id}} {t} {len(cwd_b)} {len(cmd)} {len(env_b)}"
+        start = time.monotonic()
+        # The server enforces the timeout; the client waits longer before it
+        # declares the channel dead.
+        wait = timeout + 30.0 if timeout else None
+        reply = self._request(header, cwd_b + cmd + env_b, wait)
+        return ExecResult(
+            raw=reply.body(),
+            returncode=reply.returncode,
+            duration=time.monotonic() - start,
+            timed_out=reply.timed_out,
+            truncated=reply.truncated,
+        )
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        p = path.encode()
+        reply = self._request(f"W {{id}} {len(p)} {len(data)} {mode:o} 0", p + data, 300.0)
+        if reply.returncode:
+            raise OSError(
+                f"cannot write {path} in {self.describe}: {reply.body().decode(errors='replace').strip()}"
+            )
+
+    def read_file(self, path: str) -> bytes:
+        p = path.encode()
+        reply = self._request(f"F {{id}} {len(p)} 0 0 0", p, 300.0)
+        if reply.returncode:
+            raise FileNotFoundError(
+                f"{path} in {self.describe}: {reply.body().decode(errors='replace').strip()}"
+            )
+        return reply.body()
+
+    def quit(self) -> None:
+        if not self._broken:
+            try:
+                self._send(b"Q 0 0 0 0 0\n")
+            except OSError:
+                pass
+        self._broken = self._broken or "closed"

@@ -1,0 +1,40 @@
+"""Shared fixtures: real Docker, the real base image, and cleanup that survives failures."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from swerl.sandbox.base import SandboxConfig, default_run_id
+
+os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    from swerl.sandbox.docker import connect
+
+    return connect()
+
+
+@pytest.fixture(scope="session")
+def run_id(docker_client):
+    """One run id for the test session; every container it labels is reaped at the end."""
+    from swerl.sandbox.docker import reap
+
+    rid = f"test-{default_run_id()}"
+    yield rid
+    reap(rid, client=docker_client)
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client) -> str:
+    from swerl.tasks.images import build_base_image
+
+    return build_base_image(client=docker_client)
+
+
+@pytest.fixture
+def sandbox_config(run_id) -> SandboxConfig:
+    return SandboxConfig(run_id=run_id, timeout=30)

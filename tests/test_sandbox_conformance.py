@@ -1,0 +1,115 @@
+"""The sandbox contract, run against every backend (one shared suite)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from swerl.errors import SandboxClosed
+from swerl.sandbox import make_sandbox
+
+BACKENDS = ["docker"]
+
+
+@pytest.fixture(params=BACKENDS)
+def sandbox(request, base_image, sandbox_config):
+    sb = make_sandbox(request.param, base_image, sandbox_config.replace(output_cap=4096))
+    try:
+        yield sb.start()
+    finally:
+        sb.close()
+
+
+def test_exit_codes(sandbox):
+    assert sandbox.execute("true").returncode == 0
+    assert sandbox.execute("exit 3").returncode == 3
+    assert sandbox.execute("kill -TERM $$").returncode == 128 + 15
+    assert sandbox.execute("no-such-command-xyz").returncode == 127
+
+
+def test_cwd_and_env(sandbox):
+    assert sandbox.execute("pwd", cwd="/tmp").output == "/tmp\n"
+    assert sandbox.execute("pwd", cwd="/usr/lib").output == "/usr/lib\n"
+    r = sandbox.execute("pwd", cwd="/no/such/dir")
+    assert r.returncode != 0 and "no such directory" in r.output
+    r = sandbox.execute('printf "%s|%s" "$A" "$B"', env={"A": "x y", "B": 'it\'s $HOME `id` "q"'})
+    assert r.output == 'x y|it\'s $HOME `id` "q"'
+    with pytest.raises(ValueError, match="invalid environment variable name"):
+        sandbox.execute("true", env={"1BAD": "x"})
+
+
+def test_commands_are_stateless(sandbox):
+    sandbox.execute("cd /tmp; export X=1")
+    assert sandbox.execute("pwd; echo ${X:-unset}", cwd="/").output == "/\nunset\n"
+
+
+def test_stdout_stderr_interleaved_in_order(sandbox):
+    r = sandbox.execute("for i in 1 2 3; do echo out$i; echo err$i >&2; done")
+    assert r.output.split() == ["out1", "err1", "out2", "err2", "out3", "err3"]
+
+
+def test_timeout_kills_grandchildren_and_sandbox_stays_usable(sandbox):
+    start = time.monotonic()
+    r = sandbox.execute(
+        "(sleep 300; echo survived > /tmp/g) & (trap '' TERM; sleep 300) & sleep 300", timeout=1
+    )
+    assert r.timed_out and r.returncode == 137
+    assert time.monotonic() - start < 10
+    time.sleep(0.2)
+    ps = sandbox.execute("ps -eo cmd | grep -c '^sleep 300' || true")
+    assert ps.output.strip() == "0", ps.output
+    assert sandbox.execute("echo ok").output == "ok\n"
+    assert sandbox.execute("test -e /tmp/g").returncode == 1
+
+
+def test_output_cap_keeps_head_and_tail(sandbox):
+    r = sandbox.execute("seq 1 100000")
+    assert r.truncated
+    assert r.output.startswith("1\n2\n3\n")
+    assert r.output.endswith("99999\n100000\n")
+    assert "bytes of output truncated" in r.output
+    assert len(r.raw) < 4096 + 200
+    small = sandbox.execute("seq 1 10")
+    assert not small.truncated and small.output == "".join(f"{i}\n" for i in range(1, 11))
+
+
+def test_any_bytes_survive_the_channel(sandbox):
+    r = sandbox.execute(r"printf 'a\000b\377\376\nR 1 0 0 0 0 0\n'")
+    assert r.raw == b"a\x00b\xff\xfe\nR 1 0 0 0 0 0\n"
+    assert sandbox.execute("echo still-in-sync").output == "still-in-sync\n"
+
+
+def test_binary_file_round_trip(sandbox):
+    data = os.urandom(300_000) + bytes(range(256))
+    sandbox.write_file("/tmp/deep/dir/blob.bin", data, mode=0o755)
+    assert sandbox.read_file("/tmp/deep/dir/blob.bin") == data
+    assert sandbox.execute("stat -c %a /tmp/deep/dir/blob.bin").output == "755\n"
+    sandbox.write_file("/tmp/empty", b"")
+    assert sandbox.read_file("/tmp/empty") == b""
+    with pytest.raises(FileNotFoundError):
+        sandbox.read_file("/tmp/nope")
+    with pytest.raises(OSError):
+        sandbox.write_file("/tmp", b"x" * 1000)
+    assert sandbox.execute("echo in-sync").output == "in-sync\n"
+
+
+def test_no_network_by_default(sandbox):
+    r = sandbox.execute("ls /sys/class/net")
+    assert r.output.split() == ["lo"]
+
+
+def test_host_environment_is_not_visible(sandbox, monkeypatch):
+    monkeypatch.setenv("SWERL_TEST_SECRET_KEY", "sk-should-not-leak")
+    r = sandbox.execute("env")
+    assert "sk-should-not-leak" not in r.output
+    assert "SWERL_TEST_SECRET_KEY" not in r.output
+
+
+def test_close_is_idempotent(sandbox):
+    sandbox.close()
+    sandbox.close()
+    assert not sandbox.alive
+    with pytest.raises(SandboxClosed):
+        sandbox.execute("true")

@@ -1,0 +1,77 @@
+"""Docker-specific behaviour: security settings, labels, reaper, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from swerl.errors import BackendUnavailable, ImageMissing, SandboxError
+from swerl.sandbox.base import OWNER_LABEL, RUN_LABEL, SandboxConfig
+from swerl.sandbox.docker import DockerSandbox, connect, reap
+
+
+def test_security_defaults(base_image, sandbox_config, docker_client):
+    with DockerSandbox(base_image, sandbox_config) as sb:
+        attrs = docker_client.api.inspect_container(sb.container_id)
+        host = attrs["HostConfig"]
+        assert host["NetworkMode"] == "none"
+        assert host["Privileged"] is False
+        assert host["CapDrop"] == ["ALL"]
+        assert "NET_RAW" not in (host["CapAdd"] or []) and "SYS_ADMIN" not in (host["CapAdd"] or [])
+        assert host["PidsLimit"] == sandbox_config.pids_limit
+        assert host["Memory"] == 4 * 1024**3
+        assert host["NanoCpus"] == int(sandbox_config.cpus * 1e9)
+        assert "no-new-privileges" in host["SecurityOpt"]
+        assert not any("docker.sock" in m.get("Source", "") for m in attrs["Mounts"])
+        assert attrs["Config"]["Labels"][OWNER_LABEL] == "swerl"
+        assert attrs["Config"]["Labels"][RUN_LABEL] == sandbox_config.run_id
+        # inside: no docker socket, capabilities reduced
+        assert sb.execute("test -e /var/run/docker.sock").returncode == 1
+        assert sb.execute("grep CapEff /proc/self/status").output.split()[1] != "000001ffffffffff"
+
+
+def test_pids_limit_contains_a_fork_bomb(base_image, sandbox_config):
+    with DockerSandbox(base_image, sandbox_config.replace(pids_limit=64)) as sb:
+        r = sb.execute("for i in $(seq 200); do sleep 30 & done; wait", timeout=5)
+        assert r.timed_out or r.returncode != 0
+        assert sb.execute("echo alive").output == "alive\n"
+
+
+def test_close_removes_the_container(base_image, sandbox_config, docker_client):
+    sb = DockerSandbox(base_image, sandbox_config).start()
+    cid = sb.container_id
+    sb.close()
+    sb.close()
+    assert not docker_client.api.containers(all=True, filters={"id": cid})
+
+
+def test_reaper_removes_a_runs_leftovers(base_image, docker_client):
+    cfg = SandboxConfig(run_id="test-reaper-run")
+    left = [DockerSandbox(base_image, cfg).start() for _ in range(2)]
+    try:
+        assert reap("test-reaper-run", client=docker_client) == 2
+        filters = {"label": [f"{RUN_LABEL}=test-reaper-run"]}
+        assert docker_client.api.containers(all=True, filters=filters) == []
+        with pytest.raises(SandboxError):
+            left[0].execute("true")
+    finally:
+        for sb in left:
+            sb.close()
+
+
+def test_missing_image_is_a_clear_infra_error(sandbox_config):
+    with pytest.raises(ImageMissing, match="swerl images build-base|build-images"):
+        DockerSandbox("swerl-no-such-image:nope", sandbox_config).start()
+
+
+def test_unreachable_dockerd_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    with pytest.raises(BackendUnavailable, match="cannot reach the Docker daemon.*Is dockerd running"):
+        connect()
+
+
+def test_container_killed_from_outside_is_an_infra_error(base_image, sandbox_config, docker_client):
+    with DockerSandbox(base_image, sandbox_config) as sb:
+        docker_client.api.kill(sb.container_id)
+        with pytest.raises(SandboxError):
+            sb.execute("sleep 5")
+        assert not sb.alive
