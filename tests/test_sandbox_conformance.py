@@ -113,3 +113,15 @@ def test_close_is_idempotent(sandbox):
     assert not sandbox.alive
     with pytest.raises(SandboxClosed):
         sandbox.execute("true")
+
+
+@pytest.mark.parametrize("size", [1, 255, 4095, 4096, 4097, 70_000])
+def test_every_byte_value_round_trips_at_any_size(sandbox, size):
+    data = (bytes(range(256)) * (size // 256 + 1))[: size - 1] + b"\x00"
+    sandbox.write_file("/tmp/all", data)
+    assert sandbox.read_file("/tmp/all") == data
+    r = sandbox.execute("cat /tmp/all")
+    if size <= 4096:  # the fixture's output cap
+        assert r.raw == data and not r.truncated
+    else:
+        assert r.truncated and r.raw.startswith(data[:2048]) and r.raw.endswith(data[-2048:])

@@ -59,13 +59,13 @@ def test_reaper_removes_a_runs_leftovers(base_image, docker_client):
 
 
 def test_missing_image_is_a_clear_infra_error(sandbox_config):
-    with pytest.raises(ImageMissing, match="swerl images build-base|build-images"):
+    with pytest.raises(ImageMissing, match=r"swerl images build-base|build-images"):
         DockerSandbox("swerl-no-such-image:nope", sandbox_config).start()
 
 
 def test_unreachable_dockerd_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
-    with pytest.raises(BackendUnavailable, match="cannot reach the Docker daemon.*Is dockerd running"):
+    with pytest.raises(BackendUnavailable, match=r"cannot reach the Docker daemon.*Is dockerd running"):
         connect()
 
 

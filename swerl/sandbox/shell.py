@@ -39,6 +39,7 @@ SERVER_SCRIPT = r"""
 _lc=${LC_ALL-__swerl_unset__}
 LC_ALL=C
 cap=${1:-1048576}
+small=$((cap < 65536 ? cap : 65536))
 d=$(mktemp -d /tmp/.swerl.XXXXXXXX) || exit 90
 mkfifo "$d/done" || exit 91
 exec 3<>"$d/done"
@@ -47,11 +48,28 @@ set -m
 out="$d/out"
 err="$d/err"
 reply() {  # rc timed_out file
-    local size=0
-    [ -s "$3" ] && size=$(stat -c %s -- "$3")
+    # Small outputs are read and sent by bash builtins (NUL-delimited chunks),
+    # which saves two fork+execs per command; large ones go through stat and cat.
+    local size=0 n=0 part= big=0 i
+    local -a parts=()
+    if [ -s "$3" ]; then
+        while IFS= read -r -d '' part; do
+            parts[n++]=$part
+            size=$((size + ${#part} + 1))
+            if [ "$size" -gt "$small" ]; then big=1; break; fi
+        done <"$3"
+        [ "$big" = 0 ] && size=$((size + ${#part})) && [ "$size" -gt "$small" ] && big=1
+    fi
+    if [ "$big" = 0 ]; then
+        printf 'R %s %s %s %s %s 0\n' "$id" "$1" "$2" "$size" "$size"
+        for ((i = 0; i < n; i++)); do printf '%s\0' "${parts[i]}"; done
+        printf '%s' "$part"
+        return
+    fi
+    size=$(stat -c %s -- "$3")
     if [ "$size" -le "$cap" ]; then
         printf 'R %s %s %s %s %s 0\n' "$id" "$1" "$2" "$size" "$size"
-        [ "$size" -gt 0 ] && cat -- "$3"
+        cat -- "$3"
     else
         local h=$((cap / 2)) t=$((cap - cap / 2))
         printf 'R %s %s %s %s %s %s\n' "$id" "$1" "$2" "$size" "$h" "$t"
@@ -112,7 +130,7 @@ while IFS=' ' read -r op id a b c e; do
         path=
         IFS= read -r -N "$a" path
         if [ -f "$path" ] && [ -r "$path" ]; then
-            cap=$((1 << 62)) reply 0 0 "$path"
+            cap=$((1 << 62)) small=65536 reply 0 0 "$path"
         else
             printf 'no such readable file: %s\n' "$path" >"$err"
             reply 1 0 "$err"

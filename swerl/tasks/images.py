@@ -137,3 +137,146 @@ def _debootstrap_tarball(recipe: BaseImageRecipe, tarball: Path) -> None:
         partial = tarball.with_suffix(".partial")
         subprocess.run(["tar", "-C", str(rootfs), "-cf", str(partial), "."], check=True)
         partial.rename(tarball)
+
+
+# ------------------------------------------------------------------ task images
+TASK_RECIPE_LABEL = "swerl.recipe"
+
+
+def task_image_name(
+    instance_id: str, tag: str = "latest", arch: str | None = None, registry: str = ""
+) -> str:
+    """The local image of one task: ``sweb.eval.<arch>.<instance_id lowercased>:<tag>``.
+
+    Spelled by swebench's own ImageSpec so swerl and the official harness agree.
+    """
+    from swebench.image_builder.image_spec import ImageSpec
+
+    name = ImageSpec(instance_id, dockerfile="-", namespace=None, tag=tag, arch=_spec_arch(arch)).name
+    return f"{registry.rstrip('/')}/{name}" if registry else name
+
+
+def hub_image_name(
+    instance_id: str, tag: str = "latest", arch: str | None = None, namespace: str = "swebench"
+) -> str:
+    """The Docker Hub form: ``swebench/sweb.eval.x86_64.<id, "__" -> "_1776_">:<tag>``."""
+    from swebench.image_builder.image_spec import ImageSpec
+
+    return ImageSpec(instance_id, dockerfile="-", namespace=namespace, tag=tag, arch=_spec_arch(arch)).name
+
+
+def _spec_arch(arch: str | None) -> str:
+    arch = arch or host_arch()
+    return "amd64" if arch in ("x86_64", "amd64") else arch
+
+
+def repo_bundle(repo: str, search: list[Path] | None = None) -> Path:
+    """The git bundle of ``repo`` (``owner/name``) shipped with a suite: ``envs/*/repos/owner__name.bundle``."""
+    from swerl.tasks.instance import SUITES_DIR
+
+    fname = repo.replace("/", "__") + ".bundle"
+    dirs = search if search is not None else sorted(SUITES_DIR.glob("*/repos"))
+    for d in dirs:
+        if (Path(d) / fname).is_file():
+            return Path(d) / fname
+    raise ConfigError(
+        f"no git bundle {fname} for repo {repo!r} in {', '.join(map(str, dirs)) or 'envs/*/repos'}"
+    )
+
+
+TASK_DOCKERFILE = """\
+FROM {base}
+COPY repo.bundle /tmp/repo.bundle
+RUN git clone -q /tmp/repo.bundle /testbed && rm /tmp/repo.bundle
+RUN cd /testbed && git checkout -q -B main {commit} && git remote remove origin \\
+ && git for-each-ref --format='%(refname)' | grep -v '^refs/heads/main$' | xargs -r -n1 git update-ref -d \\
+ && git reflog expire --expire=now --all && git gc -q --prune=now
+WORKDIR /testbed
+CMD ["bash"]
+"""
+
+
+def _task_recipe(instance: object, base: str, bundle: Path) -> tuple[str, str]:
+    dockerfile = TASK_DOCKERFILE.format(base=base, commit=instance.base_commit)  # type: ignore[attr-defined]
+    digest = hashlib.sha256(dockerfile.encode() + hashlib.sha256(bundle.read_bytes()).digest()).hexdigest()
+    return dockerfile, digest[:16]
+
+
+def build_task_images(
+    instances: list, client: object | None = None, force: bool = False, bundles: list[Path] | None = None
+) -> dict[str, str]:
+    """Build each task's image as a layer on the base image; returns instance_id -> image.
+
+    The repo (from the suite's git bundle) is cloned to /testbed at the base commit
+    with no later history left in it, so the fix cannot be found with ``git log``.
+    An image whose ``swerl.recipe`` label matches is reused, so reruns are instant.
+    Builds are offline: no pull, no network.
+    """
+    import io
+    import tarfile
+
+    import docker.errors
+
+    from swerl.sandbox.docker import connect
+
+    client = client or connect()
+    base = build_base_image(client=client)
+    built: dict[str, str] = {}
+    for inst in instances:
+        bundle = repo_bundle(inst.repo, bundles)
+        dockerfile, digest = _task_recipe(inst, base, bundle)
+        name = inst.image or task_image_name(inst.instance_id)
+        if not force and _recipe_of(client, name) == digest:
+            built[inst.instance_id] = name
+            continue
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for arcname, data in (("Dockerfile", dockerfile.encode()), ("repo.bundle", bundle.read_bytes())):
+                info = tarfile.TarInfo(arcname)
+                info.size, info.mtime = len(data), 0
+                tar.addfile(info, io.BytesIO(data))
+        buf.seek(0)
+        log.info("building %s", name)
+        try:
+            client.images.build(  # type: ignore[attr-defined]
+                fileobj=buf,
+                custom_context=True,
+                tag=name,
+                labels={TASK_RECIPE_LABEL: digest, "swerl.instance": inst.instance_id},
+                pull=False,
+                network_mode="none",
+                rm=True,
+                forcerm=True,
+            )
+        except (docker.errors.BuildError, docker.errors.APIError) as e:
+            detail = "".join(
+                str(x.get("stream", x.get("error", ""))) for x in getattr(e, "build_log", []) or []
+            )
+            raise InfraError(f"building {name} for {inst.instance_id} failed: {e}\n{detail[-3000:]}") from e
+        built[inst.instance_id] = name
+    return built
+
+
+def _recipe_of(client: object, name: str) -> str | None:
+    import docker.errors
+
+    try:
+        labels = client.images.get(name).labels or {}  # type: ignore[attr-defined]
+    except docker.errors.ImageNotFound:
+        return None
+    return labels.get(TASK_RECIPE_LABEL)
+
+
+def require_task_image(instance: object, client: object | None = None) -> str:
+    """The instance's image name, or ImageMissing saying how to build it."""
+    from swerl.errors import ImageMissing
+    from swerl.sandbox.docker import connect
+
+    client = client or connect()
+    name = instance.image or task_image_name(instance.instance_id)  # type: ignore[attr-defined]
+    if not _image_exists(client, name):
+        raise ImageMissing(
+            f"task image {name!r} for {instance.instance_id} is not built: "  # type: ignore[attr-defined]
+            "run `swerl tasks build-images SUITE` (or swerl.tasks.images.build_task_images)"
+        )
+    return name
