@@ -1,0 +1,194 @@
+"""(Re)create the swerl-mini suite: repos as git bundles, then tasks.jsonl.
+
+    python envs/swerl-mini/generate.py            # repos, patches, eval scripts, test lists
+
+Commits get fixed author/committer names and dates, so commit hashes are stable
+and the bundles reproducible. FAIL_TO_PASS / PASS_TO_PASS are never typed: each
+task image is built and the eval script is run without and with the gold patch;
+the lists are what swebench's log parser saw. ``--no-docker`` skips that step and
+keeps the lists already in tasks.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parents[1])]
+
+from projects import PROJECTS  # noqa: E402
+from tasks import TASKS  # noqa: E402
+
+from swerl.tasks.eval_script import PYTEST_COMMAND, make_eval_script  # noqa: E402
+
+CREATED_AT = "2024-03-0{day}T12:00:00Z"
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "swerl",
+    "GIT_AUTHOR_EMAIL": "swerl@localhost",
+    "GIT_COMMITTER_NAME": "swerl",
+    "GIT_COMMITTER_EMAIL": "swerl@localhost",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    full_env = {**os.environ, **GIT_ENV, **(env or {})}
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=full_env, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def make_repo(repo: str, commits: list, where: Path) -> list[str]:
+    """Create the repo commit by commit; returns the commit hashes."""
+    where.mkdir(parents=True)
+    git(where, "init", "-q", "-b", "main")
+    hashes = []
+    for day, (message, files) in enumerate(commits, 1):
+        for path, content in files.items():
+            (where / path).parent.mkdir(parents=True, exist_ok=True)
+            (where / path).write_text(content)
+        git(where, "add", "-A")
+        date = f"2024-01-{day:02d}T12:00:00+0000"
+        git(where, "commit", "-q", "-m", message, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+        hashes.append(git(where, "rev-parse", "HEAD").strip())
+    return hashes
+
+
+def edit_diff(worktree: Path, edits: list) -> str:
+    """Apply exact (path, old, new) edits, return the diff, restore the tree."""
+    for path, old, new in edits:
+        f = worktree / path
+        text = f.read_text()
+        if text.count(old) != 1:
+            raise SystemExit(f"{path}: edit anchor found {text.count(old)} times: {old!r}")
+        f.write_text(text.replace(old, new))
+    diff = git(worktree, "diff", "--no-color", "--no-ext-diff")
+    git(worktree, "checkout", "-q", "--", ".")
+    return diff
+
+
+def build_records(tmp: Path) -> tuple[list[dict], list[dict]]:
+    repos_dir = HERE / "repos"
+    repos_dir.mkdir(exist_ok=True)
+    hashes = {}
+    for repo, commits in PROJECTS.items():
+        src = tmp / repo.replace("/", "__")
+        hashes[repo] = make_repo(repo, commits, src)
+        bundle = repos_dir / (repo.replace("/", "__") + ".bundle")
+        git(src, "bundle", "create", "-q", str(bundle), "main")
+    records, wrong = [], []
+    counters: dict[str, int] = {}
+    for task in TASKS:
+        repo = task["repo"]
+        n = counters[repo] = counters.get(repo, 0) + 1
+        iid = f"{repo.replace('/', '__')}-{n}"
+        base = hashes[repo][task.get("base", -1)]
+        wt = tmp / "wt" / iid
+        git(tmp, "clone", "-q", str(tmp / repo.replace("/", "__")), str(wt))
+        git(wt, "checkout", "-q", base)
+        patch = edit_diff(wt, task["gold"])
+        test_patch = edit_diff(wt, task["tests"])
+        records.append(
+            {
+                "instance_id": iid,
+                "repo": repo,
+                "base_commit": base,
+                "patch": patch,
+                "test_patch": test_patch,
+                "problem_statement": task["problem_statement"],
+                "hints_text": "",
+                "created_at": CREATED_AT.format(day=n),
+                "version": "0.1",
+                "environment_setup_commit": base,
+                "FAIL_TO_PASS": [],
+                "PASS_TO_PASS": [],
+                "eval_script": make_eval_script(base, test_patch, PYTEST_COMMAND),
+                "log_parser": "parse_log_pytest",
+                "eval_type": "pass_and_fail",
+            }
+        )
+        if "wrong" in task:
+            wrong.append(
+                {
+                    "instance_id": iid,
+                    "note": task["wrong"]["note"],
+                    "patch": edit_diff(wt, task["wrong"]["edits"]),
+                }
+            )
+    return records, wrong
+
+
+def record_tests(records: list[dict], wrong: list[dict]) -> None:
+    """Run each eval script before/after gold in its image and fill the test lists."""
+    from swebench.harness.constants import TestStatus
+
+    from swerl.grading import docker_factory, evaluate, grade, judge
+    from swerl.tasks.images import build_task_images
+    from swerl.tasks.instance import Instance
+
+    instances = [Instance.from_dict(r) for r in records]
+    build_task_images(instances)
+    factory = docker_factory(timeout=300)
+    passed = {TestStatus.PASSED.value, TestStatus.XFAIL.value}
+    for rec, inst in zip(records, instances, strict=True):
+        maps = []
+        for patch in ("", inst.patch):
+            ev = evaluate(inst, patch, factory, timeout=300)
+            if not ev.applied:
+                raise SystemExit(f"{inst.instance_id}: gold patch does not apply:\n{ev.apply_output}")
+            maps.append(judge(inst, patch, ev.log)[1])
+        before, after = maps
+        if not after or any(s not in passed for s in after.values()):
+            raise SystemExit(f"{inst.instance_id}: tests fail with the gold patch: {after}")
+        rec["FAIL_TO_PASS"] = inst.FAIL_TO_PASS = sorted(t for t in after if before.get(t) not in passed)
+        rec["PASS_TO_PASS"] = inst.PASS_TO_PASS = sorted(t for t in after if before.get(t) in passed)
+        if not rec["FAIL_TO_PASS"]:
+            raise SystemExit(f"{inst.instance_id}: no test fails before the gold patch")
+        print(f"{inst.instance_id}: {len(rec['FAIL_TO_PASS'])} F2P, {len(rec['PASS_TO_PASS'])} P2P")
+    by_id = {i.instance_id: i for i in instances}
+    for w in wrong:
+        res = grade(by_id[w["instance_id"]], w["patch"], sandbox_factory=factory)
+        if res.status.value != "unresolved":
+            raise SystemExit(f"{w['instance_id']}: wrong patch graded {res.status}, expected unresolved")
+        w["expected_status"] = "unresolved"
+        w["FAIL_TO_PASS_failure"] = res.fail_to_pass["failure"]
+        w["PASS_TO_PASS_failure"] = res.pass_to_pass["failure"]
+        print(f"{w['instance_id']} wrong patch: fails {res.failed_tests}")
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--no-docker", action="store_true", help="do not build images or run tests")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        records, wrong = build_records(Path(tmp))
+    if args.no_docker:
+        old = {}
+        if (HERE / "tasks.jsonl").exists():
+            old = {
+                json.loads(line)["instance_id"]: json.loads(line) for line in (HERE / "tasks.jsonl").open()
+            }
+        for r in records:
+            for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+                r[key] = old.get(r["instance_id"], {}).get(key, [])
+    else:
+        record_tests(records, wrong)
+    write_jsonl(HERE / "tasks.jsonl", records)
+    write_jsonl(HERE / "wrong_patches.jsonl", wrong)
+    print(f"wrote {len(records)} tasks, {len(wrong)} wrong patches")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
