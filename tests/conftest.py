@@ -38,3 +38,12 @@ def base_image(docker_client) -> str:
 @pytest.fixture
 def sandbox_config(run_id) -> SandboxConfig:
     return SandboxConfig(run_id=run_id, timeout=30)
+
+
+@pytest.fixture(scope="session")
+def task_images(base_image, docker_client) -> list[str]:
+    """The bundled suite's task images (cached by recipe, so usually instant)."""
+    from swerl.tasks.images import build_task_images
+    from swerl.tasks.instance import load_instances
+
+    return build_task_images(load_instances("swerl-mini"), client=docker_client)

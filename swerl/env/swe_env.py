@@ -1,0 +1,320 @@
+"""SWEEnv: a Gymnasium environment whose state lives in a real sandbox.
+
+Observation and action are text. ``reset`` hands out a fresh sandbox of the task
+image (repo at base_commit) and returns the problem statement; ``step`` runs one
+tool call. The episode terminates on submit and is graded in *another* fresh
+sandbox, exactly as the official harness grades a prediction; it is truncated on
+the step or wall-clock limit, or when the agent loops.
+
+Rewards: 1.0 resolved, 0.0 unresolved / patch_failed / empty_patch, and NaN for
+an infrastructure failure (never 0.0) with ``info["status"] == "infra_error"``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from swerl.env.actions import FORMAT_HELP, SUBMIT_MARKER, ActionError, ToolCall, parse_action
+from swerl.env.editor import Editor
+from swerl.env.spaces import AnyText
+from swerl.errors import ConfigError, InfraError
+from swerl.grading import GradeResult, GradeStatus, grade
+from swerl.sandbox import SandboxConfig, make_sandbox
+from swerl.sandbox.base import Sandbox
+from swerl.sandbox.pool import SandboxPool
+from swerl.tasks.instance import Instance, load_instances
+
+REPO_ROOT = "/testbed"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When an episode ends other than by submit. 0 disables a limit."""
+
+    max_steps: int = 50
+    max_seconds: float = 1800.0
+    max_repeats: int = 3
+    """The same call this many times in a row truncates the episode."""
+    max_no_action: int = 5
+    """This many consecutive replies without a valid action truncate the episode."""
+    command_timeout: float = 60.0
+    observation_chars: int = 10_000
+    action_chars: int = 200_000
+    grade_on_truncate: bool = True
+    """Grade the current diff of a truncated episode, as many trainers do."""
+
+
+@dataclass
+class EpisodeState:
+    """What an episode has used so far; snapshots carry it."""
+
+    task_id: str = ""
+    steps: int = 0
+    elapsed: float = 0.0
+    no_action: int = 0
+    repeats: int = 0
+    last_call: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def truncate_middle(text: str, limit: int) -> str:
+    if limit <= 0 or len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    return f"{text[:head]}\n[... {len(text) - limit} characters elided ...]\n{text[-tail:]}"
+
+
+class SWEEnv(gym.Env[str, str]):
+    metadata = {"render_modes": ["human", "ansi"]}
+
+    def __init__(
+        self,
+        tasks: str | Instance | dict | list[Instance | dict] = "swerl-mini",
+        backend: str = "docker",
+        sandbox_config: SandboxConfig | None = None,
+        limits: Limits | None = None,
+        pool_size: int = 0,
+        grade_retries: int = 2,
+        grade_timeout: float = 1800.0,
+        render_mode: str | None = None,
+        **limit_overrides: Any,
+    ) -> None:
+        self.tasks = _as_instances(tasks)
+        if not self.tasks:
+            raise ConfigError("SWEEnv needs at least one task")
+        self._by_id = {t.instance_id: t for t in self.tasks}
+        self.backend = backend
+        self.sandbox_config = sandbox_config or SandboxConfig()
+        try:
+            self.limits = Limits(**{**asdict(limits or Limits()), **limit_overrides})
+        except TypeError as e:
+            raise ConfigError(f"unknown SWEEnv limit: {e}") from None
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ConfigError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
+        self.render_mode = render_mode
+        self.grade_retries = grade_retries
+        self.grade_timeout = grade_timeout
+        self.observation_space = AnyText(max_length=max(self.limits.observation_chars, 1) + 200_000)
+        self.action_space = AnyText(max_length=self.limits.action_chars)
+        self.pool = SandboxPool(self._new_sandbox, size=pool_size) if pool_size else None
+        self.task: Instance | None = None
+        self.sandbox: Sandbox | None = None
+        self.state = EpisodeState()
+        self._t0 = 0.0
+        self._last_obs = ""
+        self._done = True
+        if self.pool:
+            for t in self.tasks[:4]:
+                self.pool.prewarm(t.image)
+
+    # ---------------------------------------------------------------- sandboxes
+    def _new_sandbox(self, image: str) -> Sandbox:
+        return make_sandbox(self.backend, image, self.sandbox_config.replace(workdir=REPO_ROOT))
+
+    def _acquire(self, image: str) -> Sandbox:
+        if self.pool:
+            return self.pool.acquire(image)
+        return self._new_sandbox(image).start()
+
+    def _release(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+    # --------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        options = options or {}
+        self._release()
+        self.task = self._choose_task(options.get("task"))
+        self.sandbox = self._acquire(self.task.image)
+        self.state = EpisodeState(task_id=self.task.instance_id)
+        self._t0 = time.monotonic()
+        self._done = False
+        self._last_obs = self.task.problem_statement
+        if self.pool:
+            self.pool.prewarm(self.task.image)
+        return self._last_obs, self._info()
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        if self.task is None or self.sandbox is None or self._done:
+            raise gym.error.ResetNeeded("call reset() before step(), and again after an episode ends")
+        t = time.monotonic()
+        self.state.steps += 1
+        record: dict[str, Any] = {"step": self.state.steps, "action": action}
+        try:
+            call = parse_action(action, self.limits.action_chars)
+        except ActionError as e:
+            call = None
+            self.state.no_action += 1
+            self.state.repeats = 0
+            self.state.last_call = ""
+            obs = f"Invalid action: {e}\n\n{FORMAT_HELP}"
+        if call is not None:
+            self.state.no_action = 0
+            key = call.key()
+            self.state.repeats = self.state.repeats + 1 if key == self.state.last_call else 1
+            self.state.last_call = key
+            try:
+                obs, submitted = self._run(call)
+            except InfraError as e:
+                return self._finish_infra(record, e, t)
+            if submitted:
+                return self._finish(record, obs, t, terminated=True, reason="submitted")
+        reason = self._truncation_reason()
+        if reason:
+            return self._finish(record, obs, t, terminated=False, reason=reason)
+        obs = truncate_middle(obs, self.limits.observation_chars)
+        self._record(record, obs, t)
+        return obs, 0.0, False, False, self._info()
+
+    def close(self) -> None:
+        self._release()
+        if self.pool:
+            self.pool.close()
+        super().close()
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._last_obs
+        if self.render_mode == "human":
+            print(self._last_obs)
+        return None
+
+    # ------------------------------------------------------------- internals
+    def _choose_task(self, choice: Any) -> Instance:
+        if choice is None:
+            return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        if isinstance(choice, Instance):
+            return choice
+        if isinstance(choice, dict):
+            return Instance.from_dict(choice, where="reset(options={'task': ...})")
+        if isinstance(choice, str):
+            if choice not in self._by_id:
+                raise ConfigError(f"unknown task {choice!r}; this env has {sorted(self._by_id)[:10]}...")
+            return self._by_id[choice]
+        raise ConfigError(
+            f"options['task'] must be an id, an Instance or a dict, got {type(choice).__name__}"
+        )
+
+    def _run(self, call: ToolCall) -> tuple[str, bool]:
+        """Run one tool call; return (observation, submitted)."""
+        assert self.sandbox is not None
+        if call.tool == "submit":
+            return "Submitted.", True
+        if call.tool == "editor":
+            return Editor(self.sandbox, REPO_ROOT).run(call.args), False
+        r = self.sandbox.execute(call.args["command"], cwd=REPO_ROOT, timeout=self.limits.command_timeout)
+        output = r.output
+        if output.lstrip().startswith(SUBMIT_MARKER) and r.returncode == 0:
+            return output, True
+        if r.timed_out:
+            output += (
+                f"\n[swerl: the command timed out after {self.limits.command_timeout:g} s and was killed]"
+            )
+        return f"<returncode>{r.returncode}</returncode>\n<output>\n{output}</output>", False
+
+    def _truncation_reason(self) -> str:
+        lim, st = self.limits, self.state
+        if lim.max_no_action and st.no_action >= lim.max_no_action:
+            return "no_action"
+        if lim.max_repeats and st.repeats >= lim.max_repeats:
+            return "repeated_action"
+        if lim.max_steps and st.steps >= lim.max_steps:
+            return "max_steps"
+        if lim.max_seconds and time.monotonic() - self._t0 >= lim.max_seconds:
+            return "time_limit"
+        return ""
+
+    def current_patch(self) -> str:
+        """The workspace as a patch against base_commit (what would be submitted)."""
+        assert self.sandbox is not None and self.task is not None
+        r = self.sandbox.execute(
+            f"git add -A && git diff --cached {self.task.base_commit}", cwd=REPO_ROOT, timeout=120
+        )
+        if r.returncode != 0:
+            raise InfraError(f"cannot compute the patch in the sandbox: {r.output[-500:]}")
+        return r.output
+
+    def grade_current(self) -> tuple[str, GradeResult]:
+        assert self.task is not None
+        patch = self.current_patch()
+        result = grade(
+            self.task,
+            patch,
+            sandbox_factory=self._new_sandbox,
+            retries=self.grade_retries,
+            timeout=self.grade_timeout,
+        )
+        return patch, result
+
+    def _finish(self, record: dict, obs: str, t: float, terminated: bool, reason: str) -> tuple:
+        self._done = True
+        info_extra: dict[str, Any] = {"reason": reason}
+        reward = 0.0
+        if terminated or self.limits.grade_on_truncate:
+            try:
+                patch, result = self.grade_current()
+            except InfraError as e:
+                return self._finish_infra(record, e, t, reason)
+            reward = math.nan if result.reward is None else float(result.reward)
+            info_extra |= {
+                "patch": patch,
+                "status": result.status.value,
+                "tests": result.tests,
+                "grade": result.to_dict(),
+                "timings": result.timings,
+            }
+        obs = truncate_middle(obs, self.limits.observation_chars)
+        self._record(record, obs, t)
+        self._release()
+        return obs, reward, terminated, not terminated, self._info(**info_extra)
+
+    def _finish_infra(self, record: dict, error: InfraError, t: float, reason: str = "infra_error") -> tuple:
+        self._done = True
+        obs = f"[swerl: the sandbox failed: {error}]"
+        self._record(record, obs, t)
+        self._release()
+        info = self._info(reason=reason, status=GradeStatus.INFRA_ERROR.value, error=str(error))
+        return obs, math.nan, False, True, info
+
+    def _record(self, record: dict, obs: str, t: float) -> None:
+        self._last_obs = obs
+        record |= {"observation": obs, "duration": time.monotonic() - t}
+        self.state.history.append(record)
+        self.state.elapsed = time.monotonic() - self._t0
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        task = self.task
+        return {
+            "task_id": task.instance_id if task else None,
+            "image": task.image if task else None,
+            "step": self.state.steps,
+            "backend": self.backend,
+            **extra,
+        }
+
+
+def _as_instances(tasks: Any) -> list[Instance]:
+    if isinstance(tasks, Instance):
+        return [tasks]
+    if isinstance(tasks, dict):
+        return [Instance.from_dict(tasks)]
+    if isinstance(tasks, str):
+        return load_instances(tasks)
+    if isinstance(tasks, (list, tuple)):
+        return [
+            t if isinstance(t, Instance) else Instance.from_dict(t, where=f"tasks[{i}]")
+            for i, t in enumerate(tasks)
+        ]
+    raise ConfigError(
+        f"tasks must be a suite name, a path, an Instance or a list of them, got {type(tasks).__name__}"
+    )
