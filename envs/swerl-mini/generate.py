@@ -163,6 +163,12 @@ def record_tests(records: list[dict], wrong: list[dict]) -> None:
         print(f"{w['instance_id']} wrong patch: fails {res.failed_tests}")
 
 
+def read_jsonl(path: Path) -> dict[str, dict]:
+    if not path.exists():
+        return {}
+    return {r["instance_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
@@ -173,15 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         records, wrong = build_records(Path(tmp))
-    if args.no_docker:
-        old = {}
-        if (HERE / "tasks.jsonl").exists():
-            old = {
-                json.loads(line)["instance_id"]: json.loads(line) for line in (HERE / "tasks.jsonl").open()
-            }
+    if args.no_docker:  # keep what the last docker run recorded
+        old, old_wrong = read_jsonl(HERE / "tasks.jsonl"), read_jsonl(HERE / "wrong_patches.jsonl")
         for r in records:
-            for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
-                r[key] = old.get(r["instance_id"], {}).get(key, [])
+            r.update({k: old.get(r["instance_id"], {}).get(k, []) for k in ("FAIL_TO_PASS", "PASS_TO_PASS")})
+        for w in wrong:
+            recorded = old_wrong.get(w["instance_id"], {})
+            w.update({k: v for k, v in recorded.items() if k not in w})
     else:
         record_tests(records, wrong)
     write_jsonl(HERE / "tasks.jsonl", records)

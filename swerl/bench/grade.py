@@ -1,0 +1,89 @@
+"""Time to grade gold patches: swerl's ``grade`` against swebench's ``run_instance``.
+
+Same instances, same local images, same patches, one at a time. The official
+path runs with the TestSpec from ``make_test_spec`` and a docker client; it only
+pulls when an image is missing, so it stays offline here. Statuses must agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import tempfile
+import time
+
+from swerl.bench._stats import table
+from swerl.grading import docker_factory, grade
+from swerl.sandbox.docker import connect, reap
+from swerl.tasks.images import build_task_images
+from swerl.tasks.instance import Instance, load_instances, select
+
+
+def official_grade(inst: Instance, patch: str, client: object, run_id: str) -> str:
+    """Status from ``swebench.harness.run_evaluation.run_instance`` (logs in the cwd)."""
+    from swebench.harness.run_evaluation import run_instance
+
+    pred = {"instance_id": inst.instance_id, "model_patch": patch, "model_name_or_path": "gold"}
+    out = run_instance(inst.test_spec(), pred, client, run_id, timeout=600)
+    if out is None:  # run_instance logs the error and returns nothing
+        return "error"
+    return "resolved" if out[1][inst.instance_id]["resolved"] else "unresolved"
+
+
+def _remove_official_containers(client: object, run_id: str) -> None:
+    for c in client.containers.list(all=True, filters={"name": run_id}):  # type: ignore[attr-defined]
+        if c.name.endswith(run_id) or f".{run_id}." in c.name:
+            c.remove(force=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m swerl.bench grade", description=__doc__)
+    parser.add_argument("--suite", default="swerl-mini", help="suite name or task file")
+    parser.add_argument("--ids", nargs="*", help="instance ids (default: the first --n)")
+    parser.add_argument("--n", type=int, default=3, help="instances to grade (0: all)")
+    args = parser.parse_args(argv)
+
+    instances = load_instances(args.suite)
+    instances = select(instances, args.ids) if args.ids else instances[: args.n or None]
+    client = connect(timeout=1800)
+    build_task_images(instances, client=client)
+    run_id = f"bench-grade-{os.getpid()}"
+    factory = docker_factory(timeout=600, run_id=run_id)
+    rows, totals = [], {"swerl": 0.0, "swebench": 0.0}
+    mismatches = 0
+    cwd = os.getcwd()
+    try:
+        with tempfile.TemporaryDirectory(prefix="swerl-bench-") as tmp:
+            os.chdir(tmp)  # run_instance writes logs/run_evaluation/... relative to the cwd
+            for inst in instances:
+                t = time.perf_counter()
+                ours = grade(inst, inst.patch, sandbox_factory=factory).status.value
+                t_ours = time.perf_counter() - t
+                t = time.perf_counter()
+                theirs = official_grade(inst, inst.patch, client, run_id)
+                t_theirs = time.perf_counter() - t
+                totals["swerl"] += t_ours
+                totals["swebench"] += t_theirs
+                same = ours == theirs
+                mismatches += not same
+                rows.append([inst.instance_id, ours, t_ours, theirs, t_theirs, "yes" if same else "NO"])
+                print(
+                    f"{inst.instance_id}: swerl {ours} {t_ours:.2f}s, swebench {theirs} {t_theirs:.2f}s",
+                    flush=True,
+                )
+    finally:
+        os.chdir(cwd)
+        reap(run_id, client=client)
+        with contextlib.suppress(Exception):
+            _remove_official_containers(client, run_id)
+
+    print(table(["instance", "swerl", "swerl s", "swebench", "swebench s", "same"], rows))
+    ratio = totals["swebench"] / totals["swerl"] if totals["swerl"] else float("inf")
+    n = len(instances)
+    print(
+        f"mean per grade: swerl {totals['swerl'] / n:.2f} s, swebench run_instance {totals['swebench'] / n:.2f} s; "
+        f"ratio {ratio:.1f}x; statuses identical: {'yes' if not mismatches else f'NO ({mismatches})'}"
+    )
+    print(f"goal (>= 2x, identical statuses): {'met' if ratio >= 2 and not mismatches else 'NOT met'}")
+    return 1 if mismatches else 0
