@@ -1,0 +1,97 @@
+"""EnvActor: a Ray actor that owns its sandboxes and hosts one or more SWEEnvs.
+
+An actor costs far more memory than a sandbox, so one actor hosts several envs
+(``n_envs``); it is a threaded actor, so its envs step concurrently (sandbox I/O
+releases the GIL). Every sandbox it starts carries the actor's own run id, so
+the runner can reap exactly its containers if it dies.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from typing import Any
+
+import ray
+
+from swerl.env.swe_env import SWEEnv
+from swerl.errors import InfraError
+from swerl.policies.base import Policy, as_decision
+from swerl.rollout.recorder import EpisodeRecorder
+from swerl.sandbox.base import SandboxConfig
+from swerl.tasks.instance import Instance
+
+
+class EnvActorImpl:
+    def __init__(
+        self, tasks: list[Instance], n_envs: int, actor_id: str, env_kwargs: dict[str, Any] | None = None
+    ) -> None:
+        env_kwargs = dict(env_kwargs or {})
+        base_cfg: SandboxConfig = env_kwargs.pop("sandbox_config", None) or SandboxConfig()
+        self.actor_id = actor_id
+        self.sandbox_config = base_cfg.replace(run_id=actor_id)
+        self.envs = [SWEEnv(tasks, sandbox_config=self.sandbox_config, **env_kwargs) for _ in range(n_envs)]
+        self._recorders: dict[int, EpisodeRecorder] = {}
+        self._lock = threading.Lock()
+
+    def where(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor_id,
+            "node": socket.gethostname(),
+            "pid": os.getpid(),
+            "backend": self.envs[0].backend if self.envs else "",
+        }
+
+    def ping(self) -> str:
+        return self.actor_id
+
+    # ------------------------------------------------ policy inside the actor
+    def run_episode(self, slot: int, task_id: str, attempt: int, policy: Policy) -> dict[str, Any]:
+        env = self.envs[slot]
+        rec = EpisodeRecorder(task_id, attempt, {**self.where(), "slot": slot})
+        try:
+            obs, _info = env.reset(options={"task": task_id})
+        except InfraError as e:
+            return rec.fail(e).to_dict()
+        rec.reset_done()
+        state = policy.start(env.task, attempt)
+        while True:
+            decision = as_decision(policy.act(state, obs))
+            obs, reward, terminated, truncated, info = env.step(decision.action)
+            rec.step_done(decision, obs, reward, info)
+            if terminated or truncated:
+                return rec.finish(reward, info).to_dict()
+
+    # ------------------------------------------------ policy in the driver
+    def reset(self, slot: int, task_id: str, attempt: int) -> tuple[str, dict[str, Any]]:
+        rec = EpisodeRecorder(task_id, attempt, {**self.where(), "slot": slot})
+        with self._lock:
+            self._recorders[slot] = rec
+        try:
+            obs, info = self.envs[slot].reset(options={"task": task_id})
+        except InfraError as e:
+            return "", {"done": True, "episode": rec.fail(e).to_dict()}
+        rec.reset_done()
+        return obs, info
+
+    def step(
+        self, slot: int, action: str, policy_info: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """One step; when the episode ends, the finished Episode comes back in the info."""
+        from swerl.policies.base import Decision
+
+        env, rec = self.envs[slot], self._recorders[slot]
+        decision = Decision(action, policy_info or {})
+        obs, reward, terminated, truncated, info = env.step(action)
+        rec.step_done(decision, obs, reward, info)
+        if terminated or truncated:
+            return obs, {"done": True, "episode": rec.finish(reward, info).to_dict()}
+        return obs, {"done": False}
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+EnvActor = ray.remote(EnvActorImpl)

@@ -1,0 +1,313 @@
+"""RolloutRunner: schedules episodes on Ray actors and streams them as they finish.
+
+    runner = RolloutRunner(tasks, GoldPolicy(), num_actors=4, envs_per_actor=2)
+    for episode in runner.stream():          # completion order
+        trainer.update(episode)
+
+Bounded in-flight work (the generator schedules only as fast as it is consumed),
+groups of attempts per task for GRPO, infra errors retried on another actor,
+dead actors replaced (their containers reaped) with only their in-flight
+episodes redone, and a durable JSONL sink that a rerun resumes from.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.exceptions
+
+from swerl.errors import ConfigError, InfraError
+from swerl.policies.base import Decision, Policy, act_batch
+from swerl.rollout.actor import EnvActor
+from swerl.rollout.episode import Episode, JsonlSink
+from swerl.sandbox import reap
+from swerl.sandbox.base import default_run_id
+from swerl.tasks.instance import Instance, load_instances
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Work:
+    task_id: str
+    attempt: int
+    retries: int = 0
+    avoid: str | None = None
+
+
+@dataclass(eq=False)
+class ActorSlot:
+    actor_id: str
+    handle: Any
+    index: int
+
+
+@dataclass(eq=False)
+class Running:
+    work: Work
+    slot: ActorSlot
+    kind: str = "episode"
+    state: Any = None
+    pending: list[Decision] = field(default_factory=list)
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Connect to Ray (``address``, or RAY_ADDRESS) or start a local one."""
+    if not ray.is_initialized():
+        ray.init(
+            address=address or os.environ.get("RAY_ADDRESS") or None,
+            ignore_reinit_error=True,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+        )
+
+
+class RolloutRunner:
+    def __init__(
+        self,
+        tasks: str | list[Instance],
+        policy: Policy,
+        *,
+        num_actors: int = 2,
+        envs_per_actor: int = 1,
+        attempts: int = 1,
+        max_in_flight: int | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        actor_cpus: float = 0.25,
+        max_retries: int = 2,
+        sink: str | os.PathLike | None = None,
+        resume: bool = True,
+        group: bool = False,
+        run_id: str | None = None,
+        ray_address: str | None = None,
+        backend: str = "docker",
+    ) -> None:
+        self.tasks = load_instances(tasks) if isinstance(tasks, (str, Path)) else list(tasks)
+        if not self.tasks:
+            raise ConfigError("RolloutRunner needs at least one task")
+        if policy.placement not in ("actor", "driver"):
+            raise ConfigError(f"policy placement must be 'actor' or 'driver', got {policy.placement!r}")
+        if num_actors < 1 or envs_per_actor < 1 or attempts < 1:
+            raise ConfigError("num_actors, envs_per_actor and attempts must be at least 1")
+        self.by_id = {t.instance_id: t for t in self.tasks}
+        self.policy = policy
+        self.num_actors = num_actors
+        self.envs_per_actor = envs_per_actor
+        self.attempts = attempts
+        self.max_in_flight = max_in_flight or num_actors * envs_per_actor
+        self.env_kwargs = {"backend": backend, **(env_kwargs or {})}
+        self.backend = self.env_kwargs["backend"]
+        self.actor_cpus = actor_cpus
+        self.max_retries = max_retries
+        self.sink_path = Path(sink) if sink else None
+        self.resume = resume
+        self.group = group
+        self.run_id = run_id or default_run_id()
+        self.ray_address = ray_address
+        self._actors: dict[str, Any] = {}
+        self._free: deque[ActorSlot] = deque()
+        self._inflight: dict[Any, Running] = {}
+        self._spawned = 0
+        self._policy_ref: Any = None
+        self.stats: dict[str, int] = defaultdict(int)
+
+    # ------------------------------------------------------------ actors
+    def _spawn_actor(self) -> None:
+        self._spawned += 1
+        if self._spawned > self.num_actors * 4:
+            raise InfraError(f"gave up: {self._spawned - 1} actors were started and too many died")
+        actor_id = f"{self.run_id}-a{self._spawned}"
+        handle = EnvActor.options(num_cpus=self.actor_cpus, max_concurrency=self.envs_per_actor + 4).remote(
+            self._tasks_ref, self.envs_per_actor, actor_id, self.env_kwargs
+        )
+        self._actors[actor_id] = handle
+        self._free.extend(ActorSlot(actor_id, handle, i) for i in range(self.envs_per_actor))
+
+    def start(self) -> RolloutRunner:
+        if self._actors:
+            return self
+        ensure_ray(self.ray_address)
+        self._tasks_ref = ray.put(self.tasks)
+        if self.policy.placement == "actor":
+            self._policy_ref = ray.put(self.policy)
+        for _ in range(self.num_actors):
+            self._spawn_actor()
+        ray.get([h.ping.remote() for h in self._actors.values()])
+        return self
+
+    def _actor_died(self, actor_id: str, why: BaseException) -> None:
+        if actor_id not in self._actors:
+            return
+        log.warning("actor %s died: %s; replacing it", actor_id, why)
+        self.stats["actors_died"] += 1
+        del self._actors[actor_id]
+        self._free = deque(s for s in self._free if s.actor_id != actor_id)
+        self._reap(actor_id)
+        self._spawn_actor()
+
+    def _reap(self, actor_id: str) -> None:
+        try:
+            reap(self.backend, actor_id)
+        except InfraError as e:
+            log.warning("cannot reap %s's sandboxes: %s", actor_id, e)
+
+    def close(self) -> None:
+        """Stop every actor and remove every sandbox they owned. Idempotent."""
+        for actor_id, handle in list(self._actors.items()):
+            try:
+                ray.get(handle.close.remote(), timeout=60)
+            except Exception:
+                pass
+            ray.kill(handle)
+            self._reap(actor_id)
+        self._actors.clear()
+        self._free.clear()
+        self._inflight.clear()
+
+    def __enter__(self) -> RolloutRunner:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------- streaming
+    def _todo(self, done: set[tuple[str, int]]) -> deque[Work]:
+        return deque(
+            Work(t.instance_id, a)
+            for a in range(self.attempts)
+            for t in self.tasks
+            if (t.instance_id, a) not in done
+        )
+
+    def run(self) -> list[Episode]:
+        out: list[Episode] = []
+        for item in self.stream():
+            out.extend(item if isinstance(item, list) else [item])
+        return out
+
+    def stream(self) -> Iterator[Episode | list[Episode]]:
+        """Yield each Episode as it finishes (or each complete group, with ``group=True``)."""
+        self.start()
+        done: set[tuple[str, int]] = set()
+        groups: dict[str, list[Episode]] = defaultdict(list)
+        sink = None
+        if self.sink_path:
+            if self.resume and self.sink_path.exists():
+                previous = [
+                    ep
+                    for ep in JsonlSink.read(self.sink_path)
+                    if ep.task_id in self.by_id and not ep.infra_error
+                ]
+                done = {ep.key for ep in previous}
+                for ep in previous:
+                    groups[ep.task_id].append(ep)
+            sink = JsonlSink(self.sink_path)
+        queue = self._todo(done)
+        finished = False
+        try:
+            while queue or self._inflight:
+                self._fill(queue)
+                if not self._inflight:
+                    raise InfraError("no actor slot is available to run the remaining episodes")
+                for ep in self._collect(queue):
+                    if sink:
+                        sink.write(ep)
+                    self.stats[ep.status or "ungraded"] += 1
+                    if not self.group:
+                        yield ep
+                        continue
+                    groups[ep.task_id].append(ep)
+                    if len(groups[ep.task_id]) == self.attempts:
+                        yield sorted(groups.pop(ep.task_id), key=lambda e: e.attempt)
+            finished = True
+        finally:
+            if sink:
+                sink.close()
+            if not finished:
+                self.close()  # interrupted: leave nothing running
+
+    def _take_slot(self, avoid: str | None) -> ActorSlot:
+        for i, slot in enumerate(self._free):
+            if slot.actor_id != avoid:
+                del self._free[i]
+                return slot
+        return self._free.popleft()
+
+    def _fill(self, queue: deque[Work]) -> None:
+        while queue and self._free and len(self._inflight) < self.max_in_flight:
+            work = queue.popleft()
+            self._launch(Running(work, self._take_slot(work.avoid)))
+
+    def _launch(self, run: Running) -> None:
+        w, s = run.work, run.slot
+        if self.policy.placement == "actor":
+            ref = s.handle.run_episode.remote(s.index, w.task_id, w.attempt, self._policy_ref)
+            run.kind = "episode"
+        else:
+            ref = s.handle.reset.remote(s.index, w.task_id, w.attempt)
+            run.kind = "reset"
+        self._inflight[ref] = run
+
+    def _collect(self, queue: deque[Work]) -> list[Episode]:
+        """Wait for at least one result, take every ready one, return finished episodes."""
+        refs = list(self._inflight)
+        ready, _ = ray.wait(refs, num_returns=1)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if len(refs) > 1 else (ready, None)
+        finished: list[Episode] = []
+        need_action: list[tuple[Running, str]] = []
+        for ref in ready:
+            run = self._inflight.pop(ref)
+            try:
+                result = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                self._lost(run, e, queue, finished)
+                continue
+            if run.kind == "episode":
+                self._episode_done(run, Episode.from_dict(result), queue, finished)
+                continue
+            obs, info = result
+            if info.get("done"):
+                self._episode_done(run, Episode.from_dict(info["episode"]), queue, finished)
+                continue
+            if run.kind == "reset":
+                run.state = self.policy.start(self.by_id[run.work.task_id], run.work.attempt)
+            need_action.append((run, obs))
+        if need_action:
+            decisions = act_batch(self.policy, [r.state for r, _ in need_action], [o for _, o in need_action])
+            for (run, _), d in zip(need_action, decisions, strict=True):
+                run.kind = "step"
+                self._inflight[run.slot.handle.step.remote(run.slot.index, d.action, d.info)] = run
+        return finished
+
+    def _episode_done(self, run: Running, ep: Episode, queue: deque[Work], finished: list[Episode]) -> None:
+        self._free.append(run.slot)
+        ep.retries = run.work.retries
+        if ep.infra_error and run.work.retries < self.max_retries:
+            self.stats["retried"] += 1
+            queue.appendleft(Work(ep.task_id, ep.attempt, run.work.retries + 1, avoid=run.slot.actor_id))
+            return
+        finished.append(ep)
+
+    def _lost(self, run: Running, error: BaseException, queue: deque[Work], finished: list[Episode]) -> None:
+        """The actor died: redo this episode elsewhere (and every other one it held)."""
+        dead = run.slot.actor_id
+        victims = [run] + [r for r in self._inflight.values() if r.slot.actor_id == dead]
+        self._inflight = {k: r for k, r in self._inflight.items() if r.slot.actor_id != dead}
+        self._actor_died(dead, error)
+        for r in victims:
+            w = r.work
+            if w.retries < self.max_retries:
+                self.stats["retried"] += 1
+                queue.appendleft(Work(w.task_id, w.attempt, w.retries + 1, avoid=dead))
+            else:
+                finished.append(
+                    Episode(w.task_id, w.attempt, status="infra_error", reason="actor_died",
+                            error=f"actor {dead} died: {error}", retries=w.retries)
+                )  # fmt: skip
