@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import tempfile
 import time
@@ -17,7 +18,7 @@ from swerl.bench._stats import table
 from swerl.grading import docker_factory, grade
 from swerl.sandbox.docker import connect, reap
 from swerl.tasks.images import build_task_images
-from swerl.tasks.instance import Instance, load_instances, select
+from swerl.tasks.instance import SUITES_DIR, Instance, load_instances, select
 
 
 def official_grade(inst: Instance, patch: str, client: object, run_id: str) -> str:
@@ -32,9 +33,14 @@ def official_grade(inst: Instance, patch: str, client: object, run_id: str) -> s
 
 
 def _remove_official_containers(client: object, run_id: str) -> None:
+    """run_instance names its containers ``sweb.eval.<id>.<run_id>``; remove any it left."""
     for c in client.containers.list(all=True, filters={"name": run_id}):  # type: ignore[attr-defined]
-        if c.name.endswith(run_id) or f".{run_id}." in c.name:
-            c.remove(force=True)
+        c.remove(force=True)
+
+
+def wrong_patches(suite: str) -> list[dict]:
+    path = SUITES_DIR / suite / "wrong_patches.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,10 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", default="swerl-mini", help="suite name or task file")
     parser.add_argument("--ids", nargs="*", help="instance ids (default: the first --n)")
     parser.add_argument("--n", type=int, default=3, help="instances to grade (0: all)")
+    parser.add_argument("--wrong", action="store_true", help="also grade the suite's wrong patches")
     args = parser.parse_args(argv)
 
     instances = load_instances(args.suite)
     instances = select(instances, args.ids) if args.ids else instances[: args.n or None]
+    pairs = [(inst, inst.patch, "gold") for inst in instances]
+    if args.wrong:
+        by_id = {i.instance_id: i for i in load_instances(args.suite)}
+        pairs += [(by_id[w["instance_id"]], w["patch"], "wrong") for w in wrong_patches(args.suite)]
+        instances = list({p[0].instance_id: p[0] for p in pairs}.values())
     client = connect(timeout=1800)
     build_task_images(instances, client=client)
     run_id = f"bench-grade-{os.getpid()}"
@@ -56,20 +68,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="swerl-bench-") as tmp:
             os.chdir(tmp)  # run_instance writes logs/run_evaluation/... relative to the cwd
-            for inst in instances:
+            for inst, patch, kind in pairs:
                 t = time.perf_counter()
-                ours = grade(inst, inst.patch, sandbox_factory=factory).status.value
+                ours = grade(inst, patch, sandbox_factory=factory).status.value
                 t_ours = time.perf_counter() - t
                 t = time.perf_counter()
-                theirs = official_grade(inst, inst.patch, client, run_id)
+                theirs = official_grade(inst, patch, client, f"{run_id}-{kind}")
                 t_theirs = time.perf_counter() - t
                 totals["swerl"] += t_ours
                 totals["swebench"] += t_theirs
                 same = ours == theirs
                 mismatches += not same
-                rows.append([inst.instance_id, ours, t_ours, theirs, t_theirs, "yes" if same else "NO"])
+                rows.append(
+                    [f"{inst.instance_id} ({kind})", ours, t_ours, theirs, t_theirs, "yes" if same else "NO"]
+                )
                 print(
-                    f"{inst.instance_id}: swerl {ours} {t_ours:.2f}s, swebench {theirs} {t_theirs:.2f}s",
+                    f"{inst.instance_id} ({kind}): swerl {ours} {t_ours:.2f}s, swebench {theirs} {t_theirs:.2f}s",
                     flush=True,
                 )
     finally:
@@ -80,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(table(["instance", "swerl", "swerl s", "swebench", "swebench s", "same"], rows))
     ratio = totals["swebench"] / totals["swerl"] if totals["swerl"] else float("inf")
-    n = len(instances)
+    n = len(pairs)
     print(
         f"mean per grade: swerl {totals['swerl'] / n:.2f} s, swebench run_instance {totals['swebench'] / n:.2f} s; "
         f"ratio {ratio:.1f}x; statuses identical: {'yes' if not mismatches else f'NO ({mismatches})'}"
