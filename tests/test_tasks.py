@@ -166,6 +166,8 @@ def test_load_errors_name_file_line_and_field(tmp_path):
         load_instances(p)
     with pytest.raises(ConfigError, match="no such file"):
         load_instances(tmp_path / "nope.jsonl")
+    with pytest.raises(ConfigError, match=r"bundled suite.*swerl-mini"):
+        load_instances("no-such-suite")
 
 
 def test_select(suite):

@@ -122,6 +122,11 @@ def load_instances(source: str | Path, split: str = "test") -> list[Instance]:
         return _load_file(suite)
     if path.suffix in (".json", ".jsonl"):
         raise ConfigError(f"{path}: no such file")
+    if not path.is_dir() and "/" not in str(source):  # Hub names are owner/name; don't ask the network
+        raise ConfigError(
+            f"{source!r} is not a file, a dataset directory, a Hugging Face name (owner/name) "
+            f"or a bundled suite ({', '.join(bundled_suites()) or 'none'})"
+        )
     return _load_dataset(str(source), split)
 
 
