@@ -53,9 +53,9 @@ def cmd_tasks_build_images(args: argparse.Namespace) -> int:
 
 def cmd_tasks_validate(args: argparse.Namespace) -> int:
     from swerl.tasks.instance import load_instances
-    from swerl.tasks.validate import validate_suite
+    from swerl.tasks.validate import count_mismatches, validate_suite
 
-    mismatches = validate_suite(load_instances(args.suite))
+    mismatches = count_mismatches(validate_suite(load_instances(args.suite)))
     return EXIT_FAILED if mismatches else EXIT_OK
 
 

@@ -263,7 +263,9 @@ class RolloutRunner:
         finished: list[Episode] = []
         need_action: list[tuple[Running, str]] = []
         for ref in ready:
-            run = self._inflight.pop(ref)
+            run = self._inflight.pop(ref, None)
+            if run is None:  # already requeued: its actor died earlier in this batch
+                continue
             try:
                 result = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
