@@ -135,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     start_dockerd()
     pip_install("")
     build_images()
-    return sh(sys.executable, "-m", "swerl.cli", "demo", *args.rest, check=False).returncode
+    rollout = args.rest or ["default"]
+    return sh(sys.executable, "-m", "swerl.cli", "rollout", *rollout, check=False).returncode
 
 
 def test(args: argparse.Namespace) -> int:
@@ -156,7 +157,9 @@ def test(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m swerl.bootstrap", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["run", "test"])
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help="passed on to the demo or to pytest")
+    parser.add_argument(
+        "rest", nargs=argparse.REMAINDER, help="passed on to `swerl rollout` (config, overrides) or to pytest"
+    )
     args = parser.parse_args(argv)
     return run(args) if args.what == "run" else test(args)
 

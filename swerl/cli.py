@@ -59,6 +59,18 @@ def cmd_tasks_validate(args: argparse.Namespace) -> int:
     return EXIT_FAILED if mismatches else EXIT_OK
 
 
+# ----------------------------------------------------------------- rollout
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from swerl.config import load_config
+    from swerl.rollout.run import format_summary, run_config
+
+    cfg = load_config(args.config, args.overrides)
+    progress = (lambda _line: None) if args.json else print
+    summary = run_config(cfg, progress=progress)
+    _emit(args, summary, format_summary(summary))
+    return EXIT_OK if summary["infra_errors"] == 0 else EXIT_FAILED
+
+
 # ---------------------------------------------------------------- sandboxes
 def cmd_reap(args: argparse.Namespace) -> int:
     from swerl.sandbox.docker import reap
@@ -120,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true")
     p = add(tasks, "validate", cmd_tasks_validate, "check that gold resolves and empty does not, per task")
     p.add_argument("suite")
+
+    p = add(sub, "rollout", cmd_rollout, "run a rollout config; episodes stream to OUTPUT_DIR/episodes.jsonl")
+    p.add_argument(
+        "config", nargs="?", default="default", help="YAML file or a name in configs/ (default: default)"
+    )
+    p.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. rollout.attempts=4")
 
     p = add(sub, "reap", cmd_reap, "remove leftover swerl sandboxes")
     p.add_argument("--run-id", default=None, help="only this run's sandboxes")

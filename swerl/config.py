@@ -1,0 +1,143 @@
+"""Typed rollout configs from YAML, with ``key.sub=value`` overrides.
+
+The same file runs on a laptop and on a cluster: only ``backend`` (and
+``ray.address``) change. Validation is pydantic's; an unknown key, a wrong type
+or a missing file is a ConfigError that names the key and the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from swerl.errors import ConfigError
+
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SandboxSection(Section):
+    network: bool = False
+    memory: str = "4g"
+    cpus: float = 2.0
+    pids_limit: int = 1024
+    timeout: float = 120.0
+    output_cap: int = 1 << 20
+    lifetime: float = 6 * 3600.0
+
+
+class BackendSection(Section):
+    name: Literal["docker", "enroot", "kubernetes"] = "docker"
+    sandbox: SandboxSection = Field(default_factory=SandboxSection)
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Backend-specific settings (enroot cache dir, kubernetes namespace, ...)."""
+
+
+class EnvSection(Section):
+    max_steps: int = 50
+    max_seconds: float = 1800.0
+    max_repeats: int = 3
+    max_no_action: int = 5
+    command_timeout: float = 60.0
+    observation_chars: int = 10_000
+    grade_on_truncate: bool = True
+    pool_size: int = 0
+    grade_retries: int = 2
+    grade_timeout: float = 1800.0
+
+
+class PolicySection(Section):
+    name: Literal["gold", "noop", "replay", "llm", "toy"] = "gold"
+    placement: Literal["actor", "driver"] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class RolloutSection(Section):
+    num_actors: int = Field(2, ge=1)
+    envs_per_actor: int = Field(2, ge=1)
+    attempts: int = Field(1, ge=1)
+    max_in_flight: int | None = Field(None, ge=1)
+    max_retries: int = Field(2, ge=0)
+    actor_cpus: float = Field(0.25, gt=0)
+    group: bool = False
+
+
+class RayAddress(Section):
+    address: str | None = None
+    """None: start a local Ray (or use RAY_ADDRESS)."""
+
+
+class RolloutConfig(Section):
+    name: str = "rollout"
+    tasks: str = "swerl-mini"
+    """A bundled suite name, a JSON/JSONL file or a dataset."""
+    task_ids: list[str] | None = None
+    output_dir: str = "runs/{name}"
+    backend: BackendSection = Field(default_factory=BackendSection)
+    env: EnvSection = Field(default_factory=EnvSection)
+    policy: PolicySection = Field(default_factory=PolicySection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    ray: RayAddress = Field(default_factory=RayAddress)
+
+    @property
+    def out(self) -> Path:
+        return Path(self.output_dir.format(name=self.name))
+
+
+def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        if not isinstance(node.setdefault(k, {}), dict):
+            raise ConfigError(f"override {dotted}: {k} is not a section")
+        node = node[k]
+    node[keys[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    out = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like key.sub=value")
+        out.append((key.strip(), yaml.safe_load(raw) if raw.strip() else ""))
+    return out
+
+
+def resolve_path(path: str | Path) -> Path:
+    """A config path as given, or the name of a file in the bundled configs/."""
+    p = Path(path)
+    if p.exists():
+        return p
+    for candidate in (CONFIGS_DIR / p, CONFIGS_DIR / f"{p}.yaml"):
+        if candidate.exists():
+            return candidate
+    raise ConfigError(f"config file {path} does not exist (nor configs/{p.name})")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RolloutConfig:
+    """Load ``path`` (or the defaults), apply overrides, validate."""
+    where = "<defaults>"
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = resolve_path(path)
+        where = str(p)
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{where}: not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: the top level must be a mapping, got {type(data).__name__}")
+    for key, value in parse_overrides(overrides or []):
+        _set(data, key, value)
+    try:
+        return RolloutConfig.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"{where}: {problems}") from None

@@ -1,0 +1,63 @@
+"""Rollout configs: validation errors name the key and the file; overrides work."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from swerl.config import load_config
+from swerl.errors import ConfigError
+
+
+def test_default_config_loads_and_overrides_apply():
+    cfg = load_config("default", ["rollout.attempts=3", "backend.sandbox.memory=2g", "name=x"])
+    assert cfg.rollout.attempts == 3 and cfg.backend.sandbox.memory == "2g" and cfg.name == "x"
+    assert str(cfg.out) == "runs/x"
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "message"),
+    [
+        ("rollout: {num_actorz: 2}\n", [], r"rollout\.num_actorz: Extra inputs are not permitted"),
+        ("rollout: {attempts: many}\n", [], r"rollout\.attempts: .*integer"),
+        ("backend: {name: podman}\n", [], r"backend\.name"),
+        ("- a list\n", [], "top level must be a mapping"),
+        ("env: {max_steps: 1\n", [], "not valid YAML"),
+        ("{}\n", ["rollout.attempts"], "key.sub=value"),
+    ],
+)
+def test_bad_configs_name_the_key_and_the_file(tmp_path, text, overrides, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as err:
+        load_config(path, overrides)
+    assert str(path) in str(err.value) or "override" in str(err.value)
+
+
+def test_missing_config_file():
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config("/no/such/config.yaml")
+
+
+def test_rollout_command_runs_and_resumes(task_images, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "swerl.cli", "rollout", "default", f"output_dir={out}",
+           "task_ids=[swerl__textkit-1, swerl__tinyconf-1]", "rollout.num_actors=1"]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "[  2/2]" in r.stdout and "mean reward 1.000" in r.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resolved"] == 2 and summary["statuses"] == {"resolved": 2}
+    again = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and json.loads(again.stdout)["new_episodes"] == 0
+
+
+def test_rollout_command_bad_config_exit_code(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "swerl.cli", "rollout", "default", "rollout.num_actors=zero"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2 and "rollout.num_actors" in r.stderr
