@@ -11,11 +11,15 @@ import json
 import logging
 import sys
 import time
+import importlib
 from collections.abc import Callable
 
 from swerl.errors import ConfigError, InfraError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+
+CLUSTER_MODULES = {"slurm": "swerl.cluster.slurm", "kuberay": "swerl.cluster.kuberay"}
+"""Each module defines ``add_cli(parser)``, adding its subcommands (``set_defaults(func=...)``)."""
 
 
 def _emit(args: argparse.Namespace, data: object, text: str) -> None:
@@ -144,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orphans", action="store_true", help="only those whose creating process died")
 
     add(sub, "demo", cmd_demo, "start a sandbox and run a few commands")
+
+    cluster = sub.add_parser("cluster", help="run on a Slurm or KubeRay cluster")
+    clusters = cluster.add_subparsers(dest="cluster", required=True)
+    for name, module in CLUSTER_MODULES.items():
+        try:
+            add_cli = importlib.import_module(module).add_cli
+        except (ImportError, AttributeError):
+            continue  # not installed (optional extra) or not written yet
+        add_cli(clusters.add_parser(name, help=f"{name} cluster commands"))
     return parser
 
 

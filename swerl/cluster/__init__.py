@@ -1,0 +1,1 @@
+"""Run swerl on clusters: Ray on Slurm (sbatch), KubeRay (RayCluster/RayJob)."""
