@@ -47,3 +47,11 @@ def task_images(base_image, docker_client) -> list[str]:
     from swerl.tasks.instance import load_instances
 
     return build_task_images(load_instances("swerl-mini"), client=docker_client)
+
+
+@pytest.fixture(scope="session")
+def kubernetes_api(docker_client, run_id, tmp_path_factory):
+    """A Kubernetes API test double (tests/k8s_api_double.py) with KUBECONFIG pointing at it."""
+    from k8s_api_double import serve_double
+
+    yield from serve_double(docker_client, tmp_path_factory.mktemp("k8s"))

@@ -10,11 +10,13 @@ import pytest
 from swerl.errors import SandboxClosed
 from swerl.sandbox import make_sandbox
 
-BACKENDS = ["docker"]
+BACKENDS = ["docker", "kubernetes"]
 
 
 @pytest.fixture(params=BACKENDS)
 def sandbox(request, base_image, sandbox_config):
+    if request.param == "kubernetes":
+        request.getfixturevalue("kubernetes_api")  # points KUBECONFIG at the API double
     sb = make_sandbox(request.param, base_image, sandbox_config.replace(output_cap=4096))
     try:
         yield sb.start()

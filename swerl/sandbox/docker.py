@@ -26,9 +26,7 @@ from swerl.sandbox.base import (
     ExecResult,
     SandboxConfig,
 )
-from swerl.sandbox.shell import ShellChannel, server_command
-
-INIT_SCRIPT = 'trap "exit 0" TERM INT; sleep "$1" & wait $!'
+from swerl.sandbox.shell import INIT_SCRIPT, ShellChannel, server_command
 
 
 def connect(timeout: float = 120.0) -> docker.DockerClient:

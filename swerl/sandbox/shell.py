@@ -147,6 +147,10 @@ while IFS=' ' read -r op id a b c e; do
 done
 """
 
+INIT_SCRIPT = 'trap "exit 0" TERM INT; sleep "$1" & wait $!'
+"""PID 1 of every sandbox (``bash -c INIT_SCRIPT swerl-init LIFETIME``): reaps orphans and
+exits when the lifetime is over, so a sandbox left behind ends on its own."""
+
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
