@@ -21,6 +21,7 @@ import gymnasium as gym
 
 from swerl.env.actions import FORMAT_HELP, SUBMIT_MARKER, ActionError, ToolCall, parse_action
 from swerl.env.editor import Editor
+from swerl.env.snapshot import EnvSnapshot, SnapshotError, Workspace, apply_workspace, capture_workspace
 from swerl.env.spaces import AnyText
 from swerl.errors import ConfigError, InfraError
 from swerl.grading import GradeResult, GradeStatus, grade
@@ -133,6 +134,8 @@ class SWEEnv(gym.Env[str, str]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
         options = options or {}
+        if options.get("snapshot") is not None:
+            return self.restore(options["snapshot"])
         self._release()
         self.task = self._choose_task(options.get("task"))
         self.sandbox = self._acquire(self.task.image)
@@ -175,6 +178,65 @@ class SWEEnv(gym.Env[str, str]):
         obs = truncate_middle(obs, self.limits.observation_chars)
         self._record(record, obs, t)
         return obs, 0.0, False, False, self._info()
+
+    # -------------------------------------------------------- snapshots
+    def snapshot(self, full: bool = False) -> EnvSnapshot:
+        """The episode so far as a small, backend-neutral record (see swerl.env.snapshot).
+
+        ``full=True`` commits the whole container instead (Docker only): slower and
+        larger, but it keeps files outside the repo too.
+        """
+        if self.task is None or self.sandbox is None or self._done:
+            raise gym.error.ResetNeeded("snapshot() needs an episode in progress")
+        if full:
+            commit = getattr(self.sandbox, "commit", None)
+            if commit is None:
+                raise ConfigError(
+                    f"full snapshots need a backend that can commit a container, not {self.backend}"
+                )
+            workspace = Workspace(image=commit())
+        else:
+            workspace = capture_workspace(self.sandbox, REPO_ROOT, self.task.base_commit)
+        state = asdict(self.state) | {"elapsed": time.monotonic() - self._t0}
+        rng = self._np_random.bit_generator.state if self._np_random is not None else None
+        return EnvSnapshot(
+            task=self.task.to_dict(),
+            image=self.task.image,
+            base_commit=self.task.base_commit,
+            state=state,
+            limits=asdict(self.limits),
+            rng_state=rng,
+            workspace=workspace,
+        )
+
+    def restore(self, snapshot: EnvSnapshot | bytes | str | dict) -> tuple[str, dict]:
+        """Put a fresh sandbox of the snapshot's image into its state; return (last observation, info)."""
+        snap = _as_snapshot(snapshot)
+        task = self._by_id.get(snap.task_id) or Instance.from_dict(snap.task, where="snapshot task")
+        if task.image != snap.image or task.base_commit != snap.base_commit:
+            raise SnapshotError(
+                f"snapshot of task {snap.task_id} was taken on image {snap.image} at {snap.base_commit[:12]}, "
+                f"but this env's task uses image {task.image} at {task.base_commit[:12]}"
+            )
+        self._release()
+        self.task = task
+        if snap.workspace.image:
+            self.sandbox = self._new_sandbox(snap.workspace.image).start()
+        else:
+            self.sandbox = self._acquire(task.image)
+            try:
+                apply_workspace(self.sandbox, REPO_ROOT, task.base_commit, snap.workspace)
+            except BaseException:
+                self._release()
+                raise
+        self.state = EpisodeState(**{k: v for k, v in snap.state.items() if k != "elapsed"})
+        self._t0 = time.monotonic() - float(snap.state.get("elapsed", 0.0))
+        if snap.rng_state is not None:
+            self.np_random.bit_generator.state = snap.rng_state
+        self._done = False
+        history = self.state.history
+        self._last_obs = history[-1]["observation"] if history else task.problem_statement
+        return self._last_obs, self._info(restored_from_step=self.state.steps)
 
     def close(self) -> None:
         self._release()
@@ -301,6 +363,16 @@ class SWEEnv(gym.Env[str, str]):
             "backend": self.backend,
             **extra,
         }
+
+
+def _as_snapshot(snapshot: Any) -> EnvSnapshot:
+    if isinstance(snapshot, EnvSnapshot):
+        return snapshot
+    if isinstance(snapshot, (bytes, str)):
+        return EnvSnapshot.from_json(snapshot)
+    if isinstance(snapshot, dict):
+        return EnvSnapshot.from_dict(snapshot)
+    raise SnapshotError(f"not a snapshot: {type(snapshot).__name__}")
 
 
 def _as_instances(tasks: Any) -> list[Instance]:

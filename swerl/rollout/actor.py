@@ -43,15 +43,21 @@ class EnvActorImpl:
             "backend": self.envs[0].backend if self.envs else "",
         }
 
+    def _where(self, slot: int, snapshot: Any) -> dict[str, Any]:
+        extra = {"branched_from_step": snapshot.step} if snapshot is not None else {}
+        return {**self.where(), "slot": slot, **extra}
+
     def ping(self) -> str:
         return self.actor_id
 
     # ------------------------------------------------ policy inside the actor
-    def run_episode(self, slot: int, task_id: str, attempt: int, policy: Policy) -> dict[str, Any]:
+    def run_episode(
+        self, slot: int, task_id: str, attempt: int, policy: Policy, snapshot: Any = None
+    ) -> dict[str, Any]:
         env = self.envs[slot]
-        rec = EpisodeRecorder(task_id, attempt, {**self.where(), "slot": slot})
+        rec = EpisodeRecorder(task_id, attempt, self._where(slot, snapshot))
         try:
-            obs, _info = env.reset(options={"task": task_id})
+            obs, _info = env.reset(options=_reset_options(task_id, snapshot))
         except InfraError as e:
             return rec.fail(e).to_dict()
         rec.reset_done()
@@ -64,12 +70,14 @@ class EnvActorImpl:
                 return rec.finish(reward, info).to_dict()
 
     # ------------------------------------------------ policy in the driver
-    def reset(self, slot: int, task_id: str, attempt: int) -> tuple[str, dict[str, Any]]:
-        rec = EpisodeRecorder(task_id, attempt, {**self.where(), "slot": slot})
+    def reset(
+        self, slot: int, task_id: str, attempt: int, snapshot: Any = None
+    ) -> tuple[str, dict[str, Any]]:
+        rec = EpisodeRecorder(task_id, attempt, self._where(slot, snapshot))
         with self._lock:
             self._recorders[slot] = rec
         try:
-            obs, info = self.envs[slot].reset(options={"task": task_id})
+            obs, info = self.envs[slot].reset(options=_reset_options(task_id, snapshot))
         except InfraError as e:
             return "", {"done": True, "episode": rec.fail(e).to_dict()}
         rec.reset_done()
@@ -92,6 +100,10 @@ class EnvActorImpl:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def _reset_options(task_id: str, snapshot: Any) -> dict[str, Any]:
+    return {"snapshot": snapshot} if snapshot is not None else {"task": task_id}
 
 
 EnvActor = ray.remote(EnvActorImpl)

@@ -88,6 +88,7 @@ class RolloutRunner:
         run_id: str | None = None,
         ray_address: str | None = None,
         backend: str = "docker",
+        snapshot: Any = None,
     ) -> None:
         self.tasks = load_instances(tasks) if isinstance(tasks, (str, Path)) else list(tasks)
         if not self.tasks:
@@ -116,6 +117,9 @@ class RolloutRunner:
         self._inflight: dict[Any, Running] = {}
         self._spawned = 0
         self._policy_ref: Any = None
+        self.snapshot = snapshot
+        """Every episode starts from this EnvSnapshot instead of a clean reset (branching)."""
+        self._snapshot_ref: Any = None
         self.stats: dict[str, int] = defaultdict(int)
 
     # ------------------------------------------------------------ actors
@@ -137,6 +141,8 @@ class RolloutRunner:
         self._tasks_ref = ray.put(self.tasks)
         if self.policy.placement == "actor":
             self._policy_ref = ray.put(self.policy)
+        if self.snapshot is not None:
+            self._snapshot_ref = ray.put(self.snapshot)
         for _ in range(self.num_actors):
             self._spawn_actor()
         ray.get([h.ping.remote() for h in self._actors.values()])
@@ -248,10 +254,12 @@ class RolloutRunner:
     def _launch(self, run: Running) -> None:
         w, s = run.work, run.slot
         if self.policy.placement == "actor":
-            ref = s.handle.run_episode.remote(s.index, w.task_id, w.attempt, self._policy_ref)
+            ref = s.handle.run_episode.remote(
+                s.index, w.task_id, w.attempt, self._policy_ref, self._snapshot_ref
+            )
             run.kind = "episode"
         else:
-            ref = s.handle.reset.remote(s.index, w.task_id, w.attempt)
+            ref = s.handle.reset.remote(s.index, w.task_id, w.attempt, self._snapshot_ref)
             run.kind = "reset"
         self._inflight[ref] = run
 

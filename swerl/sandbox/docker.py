@@ -221,6 +221,17 @@ class DockerSandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def commit(self, repository: str = "swerl-snapshot") -> str:
+        """Commit the whole container to an image (the opt-in full snapshot); returns its name."""
+        if not self.container_id:
+            raise SandboxClosed("cannot commit a sandbox that is not started")
+        tag = self.short_id
+        try:
+            self._client.api.commit(self.container_id, repository=repository, tag=tag, pause=True)
+        except docker.errors.APIError as e:
+            raise SandboxError(f"docker commit of {self.short_id} failed: {e}") from e
+        return f"{repository}:{tag}"
+
     # -------------------------------------------------------------- commands
     def _live_channel(self) -> ShellChannel:
         if self._closed:
