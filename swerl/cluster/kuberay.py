@@ -352,3 +352,28 @@ def main_submit(
         KubeRayConfig.load(source), kubeconfig=kubeconfig, context=context, follow=follow, timeout=timeout
     )
     return 0 if not follow or status.get("jobStatus") == "SUCCEEDED" else 1
+
+
+def _cmd_render(args: Any) -> int:
+    main_render(args.config, args.out)
+    return 0
+
+
+def add_cli(parser: Any) -> None:
+    """``swerl cluster kuberay render|submit CONFIG`` (registered by ``swerl.cli``)."""
+    sub = parser.add_subparsers(dest="kuberay_command", required=True)
+    p = sub.add_parser("render", help="print the RayCluster, RayJob, RBAC and NetworkPolicy manifests")
+    p.add_argument("config", help="KubeRay YAML (KubeRayConfig fields, top level or under kuberay:)")
+    p.add_argument("-o", "--out", default="-", help="output file (default: stdout)")
+    p.set_defaults(func=_cmd_render)
+    p = sub.add_parser("submit", help="apply the manifests and follow the RayJob")
+    p.add_argument("config")
+    p.add_argument("--kubeconfig", default=None)
+    p.add_argument("--context", default=None)
+    p.add_argument("--no-follow", action="store_true", help="return once applied")
+    p.add_argument("--timeout", type=float, default=None, help="stop following after SECONDS")
+    p.set_defaults(
+        func=lambda a: main_submit(
+            a.config, kubeconfig=a.kubeconfig, context=a.context, follow=not a.no_follow, timeout=a.timeout
+        )
+    )

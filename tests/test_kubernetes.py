@@ -1,0 +1,346 @@
+"""Kubernetes backend against KubernetesAPIDouble (tests/k8s_api_double.py), and KubeRay manifests.
+
+The shared sandbox contract runs in test_sandbox_conformance.py; here: pod shape,
+start failures as infra errors, cleanup, reaping, RBAC, grading, exec latency.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from k8s_api_double import NAMESPACE, SANDBOX_TOKEN, _policy_selects
+
+from swerl.cluster import kuberay
+from swerl.errors import BackendUnavailable, ImageMissing, SandboxError
+from swerl.sandbox import make_sandbox, reap
+from swerl.sandbox.base import SandboxConfig
+from swerl.sandbox.kubernetes import RBAC_RULES, KubernetesConfig, KubernetesSandbox, pod_manifest
+
+K8S_VERSION = "1.33"
+
+
+@pytest.fixture
+def k8s(kubernetes_api):
+    return kubernetes_api
+
+
+def _validate_core(doc: dict) -> None:
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+# ------------------------------------------------------------------ pod shape
+def test_pod_manifest_is_valid_and_locked_down():
+    cfg = SandboxConfig(run_id="r-1", env={"A": "1"}, memory="512m", cpus=0.5, lifetime=7200)
+    pod = pod_manifest("img:1", cfg, KubernetesConfig(node_selector={"pool": "sandbox"}), "swerl-abc")
+    _validate_core(pod)
+    spec, c = pod["spec"], pod["spec"]["containers"][0]
+    assert pod["metadata"]["labels"]["swerl.owner"] == "swerl"
+    assert pod["metadata"]["labels"]["swerl.run"] == "r-1"
+    assert spec["restartPolicy"] == "Never" and spec["activeDeadlineSeconds"] == 7200
+    assert spec["automountServiceAccountToken"] is False and spec["enableServiceLinks"] is False
+    assert spec["nodeSelector"] == {"pool": "sandbox"}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": list(cfg.cap_add)}
+    assert c["resources"]["limits"] == {"cpu": "500m", "memory": "512Mi"}
+    assert c["env"] == [{"name": "A", "value": "1"}]
+    assert c["imagePullPolicy"] == "IfNotPresent" and c["command"][:2] == ["bash", "-c"]
+
+
+def test_network_policy_isolates_sandboxes_unless_allowed():
+    policy = kuberay.network_policy("ns")
+    closed = pod_manifest("i", SandboxConfig(), KubernetesConfig(), "a")["metadata"]["labels"]
+    opened = pod_manifest("i", SandboxConfig(network=True), KubernetesConfig(), "b")["metadata"]["labels"]
+    assert _policy_selects(policy, closed) and not _policy_selects(policy, opened)
+    assert not _policy_selects(policy, {"app": "ray"})
+
+
+# ------------------------------------------------------------------ lifecycle
+def test_pod_is_deleted_on_close_and_containers_are_labelled(k8s, base_image, sandbox_config, docker_client):
+    sb = make_sandbox("kubernetes", base_image, sandbox_config)
+    with sb:
+        assert sb.backend == "kubernetes" and sb.alive
+        pod = k8s.pods[(NAMESPACE, sb.name)]
+        labels = docker_client.api.inspect_container(pod.container_id)["Config"]["Labels"]
+        assert labels["swerl.owner"] == "swerl" and labels["swerl.run"] == sandbox_config.run_id
+        assert sb.execute("hostname; id -u").output == "sandbox\n0\n"
+    assert (NAMESPACE, sb.name) not in k8s.pods
+    assert not docker_client.api.containers(all=True, filters={"id": pod.container_id})
+
+
+def test_network_can_be_allowed(k8s, base_image, sandbox_config):
+    with make_sandbox("kubernetes", base_image, sandbox_config.replace(network=True)) as sb:
+        assert "eth0" in sb.execute("ls /sys/class/net").output.split()
+
+
+def test_missing_image_is_image_missing_and_pod_is_deleted(k8s, sandbox_config):
+    sb = make_sandbox("kubernetes", "swerl-test-no-such-image:never", sandbox_config)
+    with pytest.raises(ImageMissing, match=r"ErrImagePull|ImagePullBackOff"):
+        sb.start()
+    assert (NAMESPACE, sb.name) not in k8s.pods
+
+
+def test_unschedulable_is_an_infra_error(k8s, base_image, sandbox_config):
+    sb = make_sandbox("kubernetes", base_image, sandbox_config.replace(cpus=10_000))
+    with pytest.raises(SandboxError, match=r"Unschedulable.*Insufficient cpu"):
+        sb.start()
+    assert (NAMESPACE, sb.name) not in k8s.pods
+
+
+def test_eviction_breaks_the_channel_as_an_infra_error(k8s, base_image, sandbox_config):
+    with make_sandbox("kubernetes", base_image, sandbox_config) as sb:
+        k8s.evict(NAMESPACE, sb.name)
+        with pytest.raises(SandboxError, match="Evicted"):
+            sb.execute("sleep 5")
+        assert not sb.alive
+
+
+def test_unreachable_api_is_backend_unavailable(tmp_path, base_image):
+    path = tmp_path / "kubeconfig"
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    sb = KubernetesSandbox(base_image, SandboxConfig(), kubeconfig=str(path))
+    with pytest.raises(BackendUnavailable):
+        sb.start()
+
+
+def test_numeric_users_only():
+    from swerl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="numeric user"):
+        pod_manifest("i", SandboxConfig(user="nobody"), KubernetesConfig(), "x")
+    spec = pod_manifest("i", SandboxConfig(user="1000:1000"), KubernetesConfig(), "x")["spec"]
+    assert spec["securityContext"]["runAsUser"] == 1000
+
+
+def test_reaper_deletes_a_runs_pods_only(k8s, base_image, sandbox_config):
+    mine = sandbox_config.replace(run_id=f"{sandbox_config.run_id}-reap")
+    a = make_sandbox("kubernetes", base_image, mine).start()
+    b = make_sandbox("kubernetes", base_image, mine).start()
+    other = make_sandbox("kubernetes", base_image, sandbox_config).start()
+    try:
+        assert reap("kubernetes", mine.run_id) == 2
+        names = {name for _, name in k8s.pods}
+        assert a.name not in names and b.name not in names and other.name in names
+        assert other.execute("echo ok").output == "ok\n"
+    finally:
+        for sb in (a, b, other):
+            sb.close()
+
+
+# -------------------------------------------------------------------- grading
+@pytest.mark.slow
+def test_gold_patch_grades_resolved_in_a_fresh_pod(k8s, task_images, run_id):
+    from swerl.grading import grade
+    from swerl.grading.result import GradeStatus
+    from swerl.tasks.instance import load_instances
+
+    instance = load_instances("swerl-mini")[0]
+    result = grade(
+        instance,
+        instance.patch,
+        sandbox_factory=lambda image: make_sandbox("kubernetes", image, SandboxConfig(run_id=run_id)),
+    )
+    assert result.status is GradeStatus.RESOLVED, result
+
+
+# ---------------------------------------------------------------------- timing
+def test_exec_latency_over_the_websocket(k8s, base_image, sandbox_config):
+    """Reported, not asserted: per-command round trip through the API double's exec websocket."""
+    timings = {}
+    for backend in ("kubernetes", "docker"):
+        with make_sandbox(backend, base_image, sandbox_config) as sb:
+            for _ in range(20):
+                sb.execute("true")
+            samples = []
+            for _ in range(200):
+                t = time.perf_counter()
+                sb.execute("true")
+                samples.append(time.perf_counter() - t)
+        samples.sort()
+        timings[backend] = (statistics.median(samples) * 1e3, samples[int(0.95 * len(samples))] * 1e3)
+    for backend, (p50, p95) in timings.items():
+        print(f"\nexec latency {backend}: p50 {p50:.2f} ms, p95 {p95:.2f} ms (200 x `true`)")
+
+
+# ----------------------------------------------------------------------- RBAC
+def test_rbac_grants_exactly_what_the_backend_used(k8s, base_image, sandbox_config):
+    """The double enforces the Role (a missing verb fails the conformance run with 403);
+    here every granted verb must also have been used."""
+    with make_sandbox("kubernetes", base_image, sandbox_config) as sb:
+        sb.execute("true")
+    reap("kubernetes", "no-such-run")
+    granted = {(res, verb) for rule in RBAC_RULES for res in rule["resources"] for verb in rule["verbs"]}
+    assert k8s.seen[SANDBOX_TOKEN] == granted
+    assert all(rule["apiGroups"] == [""] for rule in RBAC_RULES)
+    role = next(d for d in kuberay.render(kuberay.KubeRayConfig()) if d["kind"] == "Role")
+    assert role["rules"] == list(RBAC_RULES)
+
+
+# -------------------------------------------------------------------- KubeRay
+# A minimal schema written down from KubeRay's ray.io/v1 CRDs
+# (ray-operator/config/crd/bases/ray.io_rayclusters.yaml and ray.io_rayjobs.yaml):
+# only the fields swerl renders, closed to anything else; pod templates are then
+# checked as core PodTemplates.
+_STR_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_META = {
+    "type": "object",
+    "required": ["name", "namespace"],
+    "properties": {"name": {"type": "string"}, "namespace": {"type": "string"}, "labels": _STR_MAP},
+}
+_GROUP = {
+    "rayStartParams": _STR_MAP,
+    "template": {
+        "type": "object",
+        "properties": {"metadata": {"type": "object"}, "spec": {"type": "object"}},
+    },
+}
+RAYCLUSTER_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "ray.io/v1"},
+        "kind": {"const": "RayCluster"},
+        "metadata": _META,
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["headGroupSpec"],
+            "properties": {
+                "rayVersion": {"type": "string"},
+                "headGroupSpec": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["template"],
+                    "properties": {**_GROUP, "serviceType": {"type": "string"}},
+                },
+                "workerGroupSpecs": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["groupName", "template"],
+                        "properties": {
+                            **_GROUP,
+                            "groupName": {"type": "string"},
+                            "replicas": {"type": "integer", "minimum": 0},
+                            "minReplicas": {"type": "integer", "minimum": 0},
+                            "maxReplicas": {"type": "integer", "minimum": 0},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+RAYJOB_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "ray.io/v1"},
+        "kind": {"const": "RayJob"},
+        "metadata": _META,
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "entrypoint": {"type": "string"},
+                "clusterSelector": _STR_MAP,
+                "submissionMode": {"enum": ["K8sJobMode", "HTTPMode", "InteractiveMode"]},
+                "activeDeadlineSeconds": {"type": "integer"},
+            },
+        },
+    },
+}
+
+
+def _config(tmp_path) -> kuberay.KubeRayConfig:
+    rollout = tmp_path / "rollout.yaml"
+    rollout.write_text("suite: swerl-mini\nbackend: kubernetes\n")
+    (tmp_path / "cluster.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "kuberay": {
+                    "name": "rl",
+                    "namespace": "ray",
+                    "sandbox_namespace": "sb",
+                    "image": "registry.invalid/swerl:1",
+                    "workers": 3,
+                    "rollout": "rollout.yaml",
+                    "sandbox_quota": {"pods": "100", "requests.cpu": "200"},
+                }
+            }
+        )
+    )
+    return kuberay.KubeRayConfig.load(tmp_path / "cluster.yaml")
+
+
+def test_rendered_manifests_validate_against_the_schemas(tmp_path):
+    docs = kuberay.render(_config(tmp_path))
+    kinds = [d["kind"] for d in docs]
+    assert kinds == [
+        "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy", "ResourceQuota", "ConfigMap", "RayCluster", "RayJob",
+    ]  # fmt: skip
+    for doc in docs:
+        if doc["apiVersion"] == "ray.io/v1":
+            jsonschema.validate(doc, RAYCLUSTER_SCHEMA if doc["kind"] == "RayCluster" else RAYJOB_SCHEMA)
+        else:
+            _validate_core(doc)
+    cluster = next(d for d in docs if d["kind"] == "RayCluster")["spec"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        _validate_core(
+            {
+                "apiVersion": "v1",
+                "kind": "PodTemplate",
+                "metadata": {"name": "t"},
+                "template": group["template"],
+            }
+        )
+        spec = group["template"]["spec"]
+        assert spec["serviceAccountName"] == "rl-ray"
+        env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+        assert env["SWERL_K8S_NAMESPACE"] == "sb"
+        assert spec["volumes"][0]["configMap"]["name"] == "rl-rollout"
+    assert cluster["workerGroupSpecs"][0]["replicas"] == 3
+    binding = next(d for d in docs if d["kind"] == "RoleBinding")
+    assert binding["metadata"]["namespace"] == "sb"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rl-ray", "namespace": "ray"}]
+    job = next(d for d in docs if d["kind"] == "RayJob")["spec"]
+    assert job["entrypoint"] == "swerl rollout /config/rollout.yaml"
+    assert job["clusterSelector"] == {"ray.io/cluster": "rl"}
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert yaml.safe_load(cm["data"]["rollout.yaml"]) == {"suite": "swerl-mini", "backend": "kubernetes"}
+
+
+def test_the_minimal_crd_schema_rejects_what_kuberay_would():
+    job = kuberay.ray_job(kuberay.KubeRayConfig())
+    job["spec"]["entrypiont"] = "typo"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(job, RAYJOB_SCHEMA)
+
+
+def test_main_render_writes_yaml(tmp_path):
+    out = tmp_path / "manifests.yaml"
+    text = kuberay.main_render({"name": "x"}, str(out))
+    assert out.read_text() == text
+    assert [d["kind"] for d in yaml.safe_load_all(text)][-2:] == ["RayCluster", "RayJob"]
+
+
+def test_cli_renders(tmp_path):
+    from swerl.cli import main
+
+    _config(tmp_path)
+    out = tmp_path / "m.yaml"
+    assert main(["cluster", "kuberay", "render", str(tmp_path / "cluster.yaml"), "-o", str(out)]) == 0
+    assert "kind: RayJob" in out.read_text()
