@@ -344,3 +344,62 @@ def test_cli_renders(tmp_path):
     out = tmp_path / "m.yaml"
     assert main(["cluster", "kuberay", "render", str(tmp_path / "cluster.yaml"), "-o", str(out)]) == 0
     assert "kind: RayJob" in out.read_text()
+
+
+class _FakeDynamic:
+    """Stands in for kubernetes.dynamic.DynamicClient in submit(): records the calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.polls = 0
+        self.resources = self
+
+    def get(self, api_version: str, kind: str) -> _FakeDynamic._Res:
+        return self._Res(self, kind)
+
+    class _Res:
+        def __init__(self, dyn: _FakeDynamic, kind: str) -> None:
+            self.dyn, self.kind = dyn, kind
+
+        def server_side_apply(self, body, namespace, field_manager, force_conflicts):
+            assert field_manager == "swerl" and force_conflicts
+            self.dyn.calls.append(("apply", self.kind))
+
+        def delete(self, name, namespace):
+            from kubernetes.client.exceptions import ApiException
+
+            self.dyn.calls.append(("delete", self.kind))
+            raise ApiException(status=404)
+
+        def get(self, name, namespace):
+            self.dyn.polls += 1
+            job = "RUNNING" if self.dyn.polls < 3 else "SUCCEEDED"
+
+            class _Obj:
+                def to_dict(self):
+                    return {"status": {"jobDeploymentStatus": "Running", "jobStatus": job}}
+
+            return _Obj()
+
+
+def test_submit_applies_everything_then_follows_the_job(monkeypatch):
+    fake = _FakeDynamic()
+    monkeypatch.setattr(kuberay, "_dynamic_client", lambda kubeconfig, context: fake)
+    lines: list[str] = []
+    status = kuberay.submit(kuberay.KubeRayConfig(), poll=0, log=lines.append)
+    assert status["jobStatus"] == "SUCCEEDED"
+    kinds = [k for op, k in fake.calls if op == "apply"]
+    assert kinds == [d["kind"] for d in kuberay.render(kuberay.KubeRayConfig())]
+    assert fake.calls.index(("delete", "RayJob")) < fake.calls.index(("apply", "RayJob"))
+    assert any("job=SUCCEEDED" in line for line in lines)
+
+
+def test_the_double_refuses_what_it_does_not_implement(k8s):
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"{k8s.url}/api/v1/namespaces/x/services", headers={"Authorization": "Bearer admin-token"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req)
+    assert e.value.code == 404 and b"does not implement GET" in e.value.read()
