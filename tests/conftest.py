@@ -55,3 +55,11 @@ def kubernetes_api(docker_client, run_id, tmp_path_factory):
     from k8s_api_double import serve_double
 
     yield from serve_double(docker_client, tmp_path_factory.mktemp("k8s"))
+
+
+@pytest.fixture(scope="session")
+def enroot_double(tmp_path_factory, run_id):
+    """The enroot CLI test double (tests/enroot_double/enroot) via SWERL_ENROOT, in a temp root."""
+    from enroot_double import use_double
+
+    yield from use_double(tmp_path_factory.mktemp("enroot"), run_id)

@@ -10,13 +10,15 @@ import pytest
 from swerl.errors import SandboxClosed
 from swerl.sandbox import make_sandbox
 
-BACKENDS = ["docker", "kubernetes"]
+BACKENDS = ["docker", "enroot", "kubernetes"]
 
 
 @pytest.fixture(params=BACKENDS)
 def sandbox(request, base_image, sandbox_config):
     if request.param == "kubernetes":
         request.getfixturevalue("kubernetes_api")  # points KUBECONFIG at the API double
+    if request.param == "enroot":
+        request.getfixturevalue("enroot_double")  # points SWERL_ENROOT at the enroot test double
     sb = make_sandbox(request.param, base_image, sandbox_config.replace(output_cap=4096))
     try:
         yield sb.start()

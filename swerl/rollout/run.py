@@ -32,6 +32,7 @@ def build_runner(cfg: RolloutConfig) -> RolloutRunner:
         "pool_size": env.pop("pool_size"),
         "grade_retries": env.pop("grade_retries"),
         "grade_timeout": env.pop("grade_timeout"),
+        "backend_options": cfg.backend.options,
         **env,
     }
     r = cfg.rollout

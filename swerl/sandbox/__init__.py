@@ -16,6 +16,7 @@ __all__ = ["BACKENDS", "ExecResult", "Sandbox", "SandboxConfig", "make_sandbox",
 
 BACKENDS: dict[str, str] = {
     "docker": "swerl.sandbox.docker:DockerSandbox",
+    "enroot": "swerl.sandbox.enroot:EnrootSandbox",
     "kubernetes": "swerl.sandbox.kubernetes:KubernetesSandbox",
 }
 """backend name -> "module:Class"; the module also defines ``reap(run_id, ...)``."""

@@ -1,0 +1,605 @@
+"""Enroot backend: Slurm clusters with Enroot (and optionally Pyxis), no Docker daemon.
+
+Lifecycle, all through the ``enroot`` CLI as subprocesses:
+
+1. ``enroot import -o CACHE/IMAGE.sqsh dockerd://IMAGE`` (or ``docker://[REGISTRY#]IMAGE``)
+   once per image. Concurrent imports of one image (threads, actors, nodes sharing the
+   cache) serialize on ``IMAGE.sqsh.lock`` and import to a temp file that is renamed
+   into place atomically, so a reader never sees a half-written image.
+2. ``enroot create -n swerl-<run id>-<pid>-<n> IMAGE.sqsh`` per sandbox.
+3. ``enroot start --rw [--root] [-e K=V] [-m SRC:DST] NAME bash -c <loader>``: the start
+   process's stdin/stdout carry swerl's command server (``shell.py``), so a command
+   costs a few ms, not the ~0.2-0.3 s of an ``enroot start``.
+4. ``enroot remove -f NAME`` on close; ``reap(run_id)`` removes a run's leftovers found
+   by name in ``enroot list``.
+
+Isolation, and what differs from Docker:
+
+- Network: Enroot shares the host's network namespace. With ``network: false`` the
+  start runs under ``unshare --net`` (needs root; loopback is brought up with ``ip``),
+  so the sandbox sees only ``lo``. As non-root that is impossible and starting fails
+  with a ConfigError unless ``network_isolation: none`` accepts the host network.
+- Environment: Enroot passes its caller's environment into the container, so the
+  enroot process gets a clean one (like ``env -i``): PATH, HOME, USER, LOGNAME,
+  ENROOT_* (site settings), swerl's ENROOT_*_PATH, then ``enroot_env``; the sandbox's
+  own variables go in as ``-e K=V``. API keys in the host environment never reach it.
+- Limits: Enroot has no memory/cpu/pids limits; inside Slurm the job's cgroup
+  (``--mem``, ``--cpus-per-task``) bounds all sandboxes of a node together. The
+  sandbox's lifetime is enforced with ``timeout -s KILL`` around the start.
+- Directories: one per-user root (``$XDG_CACHE_HOME/swerl/enroot`` or
+  ``~/.cache/swerl/enroot``, or ``root``/$SWERL_ENROOT_ROOT), created mode 0700; a
+  world-writable one is refused. ``cache_dir`` (images) may be on a shared filesystem,
+  ``data_dir`` (unpacked container roots) is best node-local.
+
+Pyxis (``launcher: pyxis``), inside an allocation that is retained for the run:
+``srun --overlap --nodes=1 --ntasks=1 --container-image=IMAGE.sqsh
+--container-name=NAME --container-writable ... bash -c <loader>``; srun's stdin/stdout
+carry the command server the same way. Preconditions: Enroot and Pyxis installed on
+the nodes; the image cache readable from the nodes (a shared ``cache_dir``, or
+``pyxis_image`` naming a URI Pyxis imports itself); SLURM_JOB_ID set (run inside
+``salloc``/``sbatch``). Named Pyxis containers are removed when the job ends.
+Pyxis containers share the host network: ``network_isolation`` must be ``none``.
+
+The binary is ``enroot`` on PATH, or ``$SWERL_ENROOT``, or the ``enroot`` option.
+Every failure or timeout of enroot or srun is a SandboxError carrying its stderr.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import logging
+import os
+import re
+import select
+import signal
+import subprocess
+import time
+import uuid
+import weakref
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxClosed, SandboxError
+from swerl.sandbox.base import ExecResult, SandboxConfig
+from swerl.sandbox.shell import ShellChannel, server_command
+
+log = logging.getLogger(__name__)
+
+ENV_BINARY = "SWERL_ENROOT"
+ENV_ROOT = "SWERL_ENROOT_ROOT"
+PASS_ENV = ("PATH", "HOME", "USER", "LOGNAME")
+NAME_PREFIX = "swerl-"
+_counter = itertools.count(1)
+_LO_UP = 'ip link set lo up 2>/dev/null || ifconfig lo up 2>/dev/null; exec "$@"'
+
+
+@dataclass(frozen=True)
+class EnrootOptions:
+    """``backend.options`` of the enroot backend (all optional)."""
+
+    enroot: str = ""
+    """The enroot binary; default $SWERL_ENROOT or ``enroot`` on PATH."""
+    root: str = ""
+    """Per-user directory (mode 0700); default $SWERL_ENROOT_ROOT, else under the XDG cache."""
+    cache_dir: str = ""
+    """Imported images (``*.sqsh``); default ROOT/images. May be shared between nodes."""
+    data_dir: str = ""
+    """Unpacked container roots (ENROOT_DATA_PATH); default ROOT/data. Best node-local."""
+    source: str = "dockerd"
+    """``dockerd`` (the node's docker daemon) or ``docker`` (a registry)."""
+    registry: str = ""
+    """For ``source: docker``: ``docker://REGISTRY#IMAGE``."""
+    network_isolation: str = "auto"
+    """``auto`` (unshare as root, else refuse), ``unshare``, or ``none`` (host network)."""
+    launcher: str = "enroot"
+    """``enroot`` (enroot start on this node) or ``pyxis`` (srun --container-image)."""
+    pyxis_image: str = ""
+    """For pyxis: what ``--container-image`` gets; default the imported .sqsh."""
+    srun_args: tuple[str, ...] = ()
+    mounts: tuple[str, ...] = ()
+    """``SRC:DST`` bind mounts (``-m``), e.g. a read-only dataset."""
+    enroot_env: dict[str, str] = field(default_factory=dict)
+    """Extra environment of the enroot process (ENROOT_SQUASH_OPTIONS, ...)."""
+    import_timeout: float = 1800.0
+    cli_timeout: float = 300.0
+    """Timeout of create, remove and list."""
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict[str, Any]) -> EnrootOptions:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigError(f"unknown enroot backend option(s) {unknown}; known: {sorted(known)}")
+        kw = dict(kwargs)
+        for key in ("srun_args", "mounts"):
+            if key in kw:
+                kw[key] = tuple(kw[key])
+        opts = cls(**kw)
+        for key, allowed in (
+            ("source", ("dockerd", "docker")),
+            ("network_isolation", ("auto", "unshare", "none")),
+            ("launcher", ("enroot", "pyxis")),
+        ):
+            if getattr(opts, key) not in allowed:
+                raise ConfigError(f"enroot option {key} must be one of {allowed}, got {getattr(opts, key)!r}")
+        return opts
+
+    @property
+    def binary(self) -> str:
+        return self.enroot or os.environ.get(ENV_BINARY) or "enroot"
+
+    @property
+    def root_dir(self) -> Path:
+        if self.root or os.environ.get(ENV_ROOT):
+            return Path(self.root or os.environ[ENV_ROOT]).expanduser()
+        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(xdg) / "swerl" / "enroot"
+
+    def dirs(self) -> dict[str, Path]:
+        """The directories, created mode 0700 where missing."""
+        root = private_dir(self.root_dir)
+        return {
+            "images": private_dir(Path(self.cache_dir).expanduser() if self.cache_dir else root / "images"),
+            "data": private_dir(Path(self.data_dir).expanduser() if self.data_dir else root / "data"),
+            "layers": private_dir(root / "layers"),
+            "runtime": private_dir(root / "runtime"),
+            "logs": private_dir(root / "logs"),
+        }
+
+    def process_env(self, dirs: dict[str, Path], extra: dict[str, str] | None = None) -> dict[str, str]:
+        """The whole environment of an enroot process: nothing else of the host's."""
+        env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+        env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        env |= {k: v for k, v in os.environ.items() if k.startswith("ENROOT_")}
+        env |= {
+            "ENROOT_DATA_PATH": str(dirs["data"]),
+            "ENROOT_CACHE_PATH": str(dirs["layers"]),
+            "ENROOT_RUNTIME_PATH": str(dirs["runtime"]),
+        }
+        return env | dict(self.enroot_env) | dict(extra or {})
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory: missing levels are created mode 0700; world-writable is refused."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(d, 0o700)
+    st = path.stat()
+    if st.st_mode & 0o002:
+        raise SandboxError(f"refusing to use {path}: it is world-writable (chmod o-w it or pick another)")
+    return path
+
+
+def _tail(data: bytes | str, n: int = 2000) -> str:
+    text = data.decode(errors="replace") if isinstance(data, bytes) else data
+    return text.strip()[-n:] or "(no stderr)"
+
+
+def run_cli(argv: list[str], env: dict[str, str], timeout: float, what: str) -> str:
+    """Run one enroot/srun command to completion; any failure is a SandboxError with its stderr."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError as e:
+        raise BackendUnavailable(
+            f"cannot run {argv[0]!r} ({what}): not found. Install Enroot on the node(s), or set "
+            f"backend.options.enroot or ${ENV_BINARY} to its path"
+        ) from e
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _killpg(proc)
+        out, err = proc.communicate()
+        raise SandboxError(f"{what} timed out after {timeout:g} s: {_tail(err)}") from None
+    if proc.returncode:
+        raise SandboxError(f"{what} failed (exit {proc.returncode}): {_tail(err)}")
+    return out.decode(errors="replace")
+
+
+def _killpg(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def image_file_name(image: str, image_id: str = "") -> str:
+    """``sweb.eval.x86_64.a__b-1:latest`` -> ``sweb.eval.x86_64.a__b-1+latest[-ID].sqsh``."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "+", image)
+    return f"{safe}-{image_id[:12]}.sqsh" if image_id else f"{safe}.sqsh"
+
+
+def _docker_image_id(image: str) -> str:
+    """The local daemon's id of ``image`` (so a rebuilt image is re-imported); "" if unknown."""
+    try:
+        import docker
+        import docker.errors
+
+        client = docker.from_env(timeout=10)
+    except Exception:
+        return ""
+    try:
+        return client.images.get(image).id.split(":")[-1]
+    except docker.errors.ImageNotFound as e:
+        raise ImageMissing(
+            f"image {image!r} is not in the node's docker daemon, so `enroot import dockerd://` cannot "
+            "export it. Build it (`swerl tasks build-images SUITE`) or use backend.options.source: docker"
+        ) from e
+    except Exception:
+        return ""
+    finally:
+        client.close()
+
+
+def safe_run_id(run_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
+
+
+def container_pattern(run_id: str | None) -> re.Pattern[str]:
+    """Names swerl gives containers: ``swerl-<run id>-<pid>-<n>``."""
+    rid = re.escape(safe_run_id(run_id)) if run_id else r"[A-Za-z0-9_.-]+"
+    return re.compile(rf"(?:pyxis_)?{NAME_PREFIX}{rid}-\d+-\d+")
+
+
+def ensure_image(image: str, opts: EnrootOptions, dirs: dict[str, Path], env: dict[str, str]) -> Path:
+    """The image's squashfs in the cache, importing it once (locked, temp file, atomic rename)."""
+    image_id = _docker_image_id(image) if opts.source == "dockerd" else ""
+    dst = dirs["images"] / image_file_name(image, image_id)
+    if dst.is_file():
+        return dst
+    uri = f"dockerd://{image}"
+    if opts.source == "docker":
+        uri = f"docker://{opts.registry}#{image}" if opts.registry else f"docker://{image}"
+    fd = os.open(f"{dst}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + opts.import_timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise SandboxError(
+                        f"waited {opts.import_timeout:g} s for another import of {image} ({dst}.lock)"
+                    ) from None
+                time.sleep(0.2)
+        if dst.is_file():  # another process imported it while we waited
+            return dst
+        tmp = dst.with_name(f".{dst.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.sqsh")
+        try:
+            run_cli(
+                [opts.binary, "import", "-o", str(tmp), uri], env, opts.import_timeout, f"enroot import {uri}"
+            )
+            if not tmp.is_file():
+                raise SandboxError(f"enroot import {uri} exited 0 but wrote no file at {tmp}")
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, dst)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return dst
+    finally:
+        os.close(fd)
+
+
+class _PipeReader:
+    """recv/set_timeout over a pipe for ShellChannel (os.read with a select timeout)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.timeout: float | None = None
+
+    def set_timeout(self, timeout: float | None) -> None:
+        self.timeout = timeout
+
+    def recv(self) -> bytes:
+        ready, _, _ = select.select([self.fd], [], [], self.timeout)
+        if not ready:
+            raise TimeoutError(f"no output within {self.timeout} s")
+        return os.read(self.fd, 1 << 20)
+
+
+@dataclass
+class _Container:
+    """What must be undone for one sandbox; also run by the finalizer (no ref to the sandbox)."""
+
+    name: str
+    binary: str
+    env: dict[str, str]
+    timeout: float
+    removable: bool = True
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        for f in (proc.stdin, proc.stdout):
+            try:
+                if f:
+                    f.close()
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            _killpg(proc)
+            proc.wait()
+
+    def destroy(self) -> None:
+        self.stop()
+        if self.removable:
+            self.removable = False
+            try:
+                run_cli([self.binary, "remove", "-f", self.name], self.env, self.timeout, "enroot remove")
+            except SandboxError as e:
+                log.warning("cannot remove enroot container %s (reap it later): %s", self.name, e)
+        if self.log_path:
+            self.log_path.unlink(missing_ok=True)
+
+    def stderr_tail(self) -> str:
+        try:
+            return _tail(self.log_path.read_bytes()) if self.log_path else ""
+        except OSError:
+            return ""
+
+
+class EnrootSandbox:
+    """A sandbox in an Enroot container on this node (or, with Pyxis, on an allocated node)."""
+
+    backend = "enroot"
+
+    def __init__(
+        self, image: str, config: SandboxConfig | None = None, name: str | None = None, **options: Any
+    ) -> None:
+        self.image = image
+        self.config = config or SandboxConfig()
+        self.options = EnrootOptions.from_kwargs(options)
+        rid = safe_run_id(self.config.run_id)
+        self.name = name or f"{NAME_PREFIX}{rid}-{os.getpid()}-{next(_counter)}"
+        self._c: _Container | None = None
+        self._channel: ShellChannel | None = None
+        self._closed = False
+        self._finalizer: weakref.finalize | None = None
+        _KNOWN_OPTIONS[(self.options.binary, str(self.options.root_dir), self.options.data_dir)] = (
+            self.options
+        )
+
+    # ------------------------------------------------------------- lifecycle
+    def start(self) -> EnrootSandbox:
+        if self._closed:
+            raise SandboxClosed("this sandbox was closed; make a new one")
+        if self._c is not None:
+            return self
+        opts, cfg = self.options, self.config
+        isolate = self._network_isolation()
+        dirs = opts.dirs()
+        env = opts.process_env(dirs)
+        sqsh = ensure_image(self.image, opts, dirs, env)
+        c = self._c = _Container(self.name, opts.binary, env, opts.cli_timeout)
+        self._finalizer = weakref.finalize(self, c.destroy)
+        try:
+            if opts.launcher == "enroot":
+                run_cli(
+                    [opts.binary, "create", "-n", self.name, str(sqsh)],
+                    env,
+                    opts.cli_timeout,
+                    "enroot create",
+                )
+                argv, penv = self._start_argv(isolate), env
+            else:
+                c.removable = False  # Pyxis removes named containers at the end of the job
+                argv, penv = self._pyxis_argv(sqsh), self._pyxis_env(env)
+            if cfg.lifetime:
+                argv = ["timeout", "-s", "KILL", str(int(cfg.lifetime)), *argv]
+            self._launch(c, argv, penv, dirs["logs"])
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _network_isolation(self) -> bool:
+        mode = self.options.network_isolation
+        if self.config.network or mode == "none":
+            return False
+        if self.options.launcher == "pyxis":
+            raise ConfigError(
+                "Pyxis containers share the host network and swerl cannot isolate them: set "
+                "backend.options.network_isolation: none to accept that, or use launcher: enroot as root"
+            )
+        if mode == "auto" and os.geteuid() != 0:
+            raise ConfigError(
+                "the enroot backend isolates the network with `unshare --net`, which needs root. "
+                "Enroot itself shares the host network: set backend.options.network_isolation: none to "
+                "accept that (sandboxes can then reach the network), or run as root"
+            )
+        return True
+
+    def _start_argv(self, isolate: bool) -> list[str]:
+        cfg = self.config
+        argv = ["unshare", "--net", "--", "sh", "-c", _LO_UP, "swerl-netns"] if isolate else []
+        argv += [self.options.binary, "start", "--rw"]
+        if cfg.user == "root":
+            argv.append("--root")
+        for k, v in cfg.env.items():
+            argv += ["-e", f"{k}={v}"]
+        for m in self.options.mounts:
+            argv += ["-m", m]
+        return [*argv, self.name, *server_command(cfg.output_cap)]
+
+    def _pyxis_argv(self, sqsh: Path) -> list[str]:
+        cfg, opts = self.config, self.options
+        if not os.environ.get("SLURM_JOB_ID"):
+            raise SandboxError("launcher: pyxis needs a Slurm allocation (SLURM_JOB_ID is not set)")
+        argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--jobid={os.environ['SLURM_JOB_ID']}"]
+        argv += [
+            f"--container-image={opts.pyxis_image or sqsh}",
+            f"--container-name={self.name}",
+            "--container-writable",
+            "--no-container-mount-home",
+        ]
+        if cfg.user == "root":
+            argv.append("--container-remap-root")
+        if opts.mounts:
+            argv.append(f"--container-mounts={','.join(opts.mounts)}")
+        return [*argv, *opts.srun_args, *server_command(cfg.output_cap)]
+
+    def _pyxis_env(self, env: dict[str, str]) -> dict[str, str]:
+        slurm = {k: v for k, v in os.environ.items() if k.startswith("SLURM")}
+        return env | slurm | dict(self.config.env)
+
+    def _launch(self, c: _Container, argv: list[str], env: dict[str, str], logs: Path) -> None:
+        c.log_path = logs / f"{self.name}.stderr"
+        with open(os.open(c.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as err:
+            try:
+                c.proc = subprocess.Popen(
+                    argv,
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    bufsize=0,
+                    start_new_session=True,
+                )
+            except FileNotFoundError as e:
+                raise BackendUnavailable(f"cannot run {argv[0]!r} to start {self.name}: not found") from e
+        assert c.proc.stdin is not None and c.proc.stdout is not None
+        stdin, reader = c.proc.stdin, _PipeReader(c.proc.stdout.fileno())
+        self._channel = ShellChannel(
+            send=_writer(stdin),
+            recv=reader.recv,
+            set_timeout=reader.set_timeout,
+            describe=f"enroot sandbox {self.name} ({self.image})",
+        )
+        try:
+            self._channel.handshake(self.config.start_timeout)
+        except SandboxError as e:
+            rc = _poll(c.proc, 2.0)
+            how = f"exited {rc}" if rc is not None else "is still running"
+            raise SandboxError(f"{e}; `{argv[0]} ...` {how}: {c.stderr_tail()}") from e
+
+    @property
+    def alive(self) -> bool:
+        c = self._c
+        return bool(
+            self._channel
+            and not self._channel.broken
+            and not self._closed
+            and c
+            and c.proc
+            and c.proc.poll() is None
+        )
+
+    def close(self) -> None:
+        """Stop the start process and remove the container. Idempotent."""
+        self._closed = True
+        if self._channel:
+            self._channel.quit()
+        if self._finalizer is not None:
+            self._finalizer()  # stops and removes exactly once
+            self._finalizer = None
+
+    def __enter__(self) -> EnrootSandbox:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------- commands
+    def _live_channel(self) -> ShellChannel:
+        if self._closed:
+            raise SandboxClosed(f"enroot sandbox {self.name} is closed")
+        if self._channel is None:
+            self.start()
+        assert self._channel is not None
+        return self._channel
+
+    def execute(
+        self,
+        command: str,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        channel = self._live_channel()
+        timeout = self.config.timeout if timeout is None else timeout
+        try:
+            return channel.execute(command, cwd or self.config.workdir, timeout, env)
+        except SandboxError as e:
+            raise SandboxError(f"{e}{self._state_hint()}") from e
+
+    def read_file(self, path: str) -> bytes:
+        return self._live_channel().read_file(path)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self._live_channel().write_file(path, bytes(data), mode)
+
+    def _state_hint(self) -> str:
+        c = self._c
+        if not c or not c.proc:
+            return ""
+        rc = c.proc.poll()
+        return f" (enroot start exited {rc}: {c.stderr_tail()})" if rc is not None else ""
+
+
+def _writer(stdin: Any):
+    def send(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = stdin.write(view)
+            view = view[n:]
+
+    return send
+
+
+def _poll(proc: subprocess.Popen, wait: float) -> int | None:
+    try:
+        return proc.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+_KNOWN_OPTIONS: dict[tuple[str, str, str], EnrootOptions] = {}
+"""Option sets this process used, so ``reap(run_id)`` also finds sandboxes in custom roots."""
+
+
+def reap(run_id: str | None = None, **options: Any) -> int:
+    """Remove swerl's enroot containers: of one run, or all of them. Returns how many."""
+    candidates = [EnrootOptions.from_kwargs(options)] if options else []
+    candidates += [*_KNOWN_OPTIONS.values(), EnrootOptions()] if not options else []
+    pattern = container_pattern(run_id)
+    removed, seen = 0, set()
+    for opts in candidates:
+        key = (opts.binary, str(opts.root_dir), opts.data_dir)
+        if key in seen:
+            continue
+        seen.add(key)
+        dirs = opts.dirs()
+        env = opts.process_env(dirs)
+        try:
+            listing = run_cli([opts.binary, "list"], env, opts.cli_timeout, "enroot list")
+        except BackendUnavailable:
+            if len(candidates) == 1:
+                raise
+            continue
+        names = [n for n in listing.split() if pattern.fullmatch(n)]
+        if names:
+            run_cli([opts.binary, "remove", "-f", *names], env, opts.cli_timeout, "enroot remove")
+        removed += len(names)
+    return removed
