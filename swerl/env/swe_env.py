@@ -84,6 +84,7 @@ class SWEEnv(gym.Env[str, str]):
         grade_retries: int = 2,
         grade_timeout: float = 1800.0,
         render_mode: str | None = None,
+        backend_options: dict[str, Any] | None = None,
         **limit_overrides: Any,
     ) -> None:
         self.tasks = _as_instances(tasks)
@@ -91,6 +92,8 @@ class SWEEnv(gym.Env[str, str]):
             raise ConfigError("SWEEnv needs at least one task")
         self._by_id = {t.instance_id: t for t in self.tasks}
         self.backend = backend
+        self.backend_options = dict(backend_options or {})
+        """Keyword arguments of the backend's sandbox class (``backend.options`` in a config)."""
         self.sandbox_config = sandbox_config or SandboxConfig()
         try:
             self.limits = Limits(**{**asdict(limits or Limits()), **limit_overrides})
@@ -118,7 +121,9 @@ class SWEEnv(gym.Env[str, str]):
 
     # ---------------------------------------------------------------- sandboxes
     def _new_sandbox(self, image: str) -> Sandbox:
-        return make_sandbox(self.backend, image, self.sandbox_config.replace(workdir=REPO_ROOT))
+        return make_sandbox(
+            self.backend, image, self.sandbox_config.replace(workdir=REPO_ROOT), **self.backend_options
+        )
 
     def _acquire(self, image: str) -> Sandbox:
         if self.pool:
