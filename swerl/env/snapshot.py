@@ -1,10 +1,12 @@
 """Snapshots of an episode: small, serialisable, backend-neutral.
 
-The workspace is stored as two binary git diffs against the task's base commit:
-the index (what the agent staged) and the working tree (tracked changes, new,
-deleted and renamed files, modes, binary files, untracked files outside
-.gitignore). Restoring applies both to a fresh sandbox of the same image, on any
-backend and any actor. Not captured: running processes, files outside the repo,
+The workspace is stored against the task's base commit as three parts: the index
+(what the agent staged, and anything it committed) as a binary git diff; every
+working-tree file that differs from the index or is untracked outside .gitignore
+(changed, new, renamed, mode-changed, binary, symlinks) as an uncompressed tar;
+and the list of deleted paths. Only what changed is read (git's stat cache finds
+it), so a snapshot costs milliseconds for a typical edit. Restoring applies them
+to a fresh sandbox of the same image, on any backend and any actor. Not captured: running processes, files outside the repo,
 ignored files, empty directories, timestamps, and commits the agent made (their
 content is kept, flattened onto base_commit). ``full=True`` (Docker only) opts in
 to a whole-container snapshot with ``docker commit`` instead.
@@ -23,7 +25,6 @@ from swerl.errors import ConfigError, InfraError
 from swerl.sandbox.base import Sandbox
 
 SNAPSHOT_VERSION = 1
-TMP_INDEX = "/tmp/.swerl-snapshot-index"
 
 
 class SnapshotError(ConfigError):
@@ -32,16 +33,20 @@ class SnapshotError(ConfigError):
 
 @dataclass
 class Workspace:
-    """The repo's state relative to base_commit, as binary git diffs."""
+    """The repo's state relative to base_commit."""
 
     index_diff: bytes = b""
-    tree_diff: bytes = b""
+    """``git diff --cached --binary base_commit``: the index (and commits) against base."""
+    tree_tar: bytes = b""
+    """Working-tree files that differ from the index, or are untracked and not ignored."""
+    deleted: bytes = b""
+    """NUL-separated paths in the index that the working tree deleted."""
     image: str = ""
     """Set only for a full-container snapshot: the committed image to restore from."""
 
     @property
     def size(self) -> int:
-        return len(self.index_diff) + len(self.tree_diff)
+        return len(self.index_diff) + len(self.tree_tar) + len(self.deleted)
 
 
 @dataclass
@@ -69,7 +74,8 @@ class EnvSnapshot:
         ws = self.workspace
         d["workspace"] = {
             "index_diff": base64.b64encode(ws.index_diff).decode(),
-            "tree_diff": base64.b64encode(ws.tree_diff).decode(),
+            "tree_tar": base64.b64encode(ws.tree_tar).decode(),
+            "deleted": base64.b64encode(ws.deleted).decode(),
             "image": ws.image,
         }
         body = json.dumps(d, sort_keys=True, default=str)
@@ -96,9 +102,8 @@ class EnvSnapshot:
             )
         try:
             ws = d.pop("workspace")
-            workspace = Workspace(
-                base64.b64decode(ws["index_diff"]), base64.b64decode(ws["tree_diff"]), ws["image"]
-            )
+            parts = (base64.b64decode(ws[k], validate=True) for k in ("index_diff", "tree_tar", "deleted"))
+            workspace = Workspace(*parts, image=ws["image"])
             return cls(**d, workspace=workspace)
         except (KeyError, TypeError, ValueError) as e:
             raise SnapshotError(f"malformed snapshot: {e}") from None
@@ -120,35 +125,52 @@ def _run(sb: Sandbox, command: str, repo: str, what: str) -> bytes:
     return r.raw
 
 
+SNAP_DIR = "/tmp/.swerl-snapshot"
+
+
 def capture_workspace(sb: Sandbox, repo: str, base_commit: str) -> Workspace:
-    """Diff the index and the whole working tree against base_commit, touching neither."""
-    base = shlex.quote(base_commit)
-    index_diff = _run(sb, f"git diff --cached --binary --no-color {base}", repo, "diff the index")
-    tree_diff = _run(
+    """Read the workspace's difference from base_commit without changing it."""
+    base, d = shlex.quote(base_commit), SNAP_DIR
+    present = _run(
         sb,
-        f"export GIT_INDEX_FILE={TMP_INDEX}; git read-tree {base} && git add -A && "
-        f"git diff --cached --binary --no-color {base}; rc=$?; rm -f {TMP_INDEX}; exit $rc",
+        f"mkdir -p {d} && git diff --cached --binary --no-color {base} > {d}/index && "
+        f"git ls-files -z --deleted > {d}/deleted && "
+        f"git ls-files -z --modified --others --exclude-standard | "
+        f"tar -cf {d}/tree.tar --null --no-recursion --ignore-failed-read -T - 2>/dev/null; "
+        f"for f in index deleted; do [ -s {d}/$f ] && printf 1 || printf 0; done",
         repo,
-        "diff the working tree",
+        "read the workspace",
+    ).decode()[-2:]
+    return Workspace(
+        index_diff=sb.read_file(f"{d}/index") if present[0] == "1" else b"",
+        tree_tar=sb.read_file(f"{d}/tree.tar"),
+        deleted=sb.read_file(f"{d}/deleted") if present[1] == "1" else b"",
     )
-    return Workspace(index_diff, tree_diff)
 
 
 def apply_workspace(sb: Sandbox, repo: str, base_commit: str, ws: Workspace) -> None:
-    """Put a fresh checkout of base_commit into the captured state."""
-    head = _run(sb, "git rev-parse HEAD", repo, "read HEAD").decode().strip()
-    if head != base_commit:
+    """Put a fresh checkout of base_commit into the captured state (one command after the uploads)."""
+    base, d = shlex.quote(base_commit), SNAP_DIR
+    steps = [f'head=$(git rev-parse HEAD); [ "$head" = {base} ] || {{ echo "HEAD-MISMATCH $head"; exit 3; }}']
+    if ws.index_diff:
+        sb.write_file(f"{d}/index.in", ws.index_diff)
+        steps += [
+            f"git apply --cached --binary --whitespace=nowarn {d}/index.in",
+            # the staged files' working copies follow the index; the tar below overrides
+            f"git diff --cached --no-renames --name-only -z --diff-filter=d {base} | xargs -0 -r git checkout-index -f -q --",
+            f"git diff --cached --no-renames --name-only -z --diff-filter=D {base} | xargs -0 -r rm -f --",
+        ]
+    if ws.tree_tar:
+        sb.write_file(f"{d}/tree.in.tar", ws.tree_tar)
+        steps.append(f"tar -xf {d}/tree.in.tar")
+    if ws.deleted:
+        sb.write_file(f"{d}/deleted.in", ws.deleted)
+        steps.append(f"xargs -0 -r rm -f -- < {d}/deleted.in")
+    r = sb.execute(" && ".join(steps), cwd=repo, timeout=300)
+    if r.returncode == 3 and r.output.startswith("HEAD-MISMATCH"):
+        head = r.output.split()[1]
         raise SnapshotError(
             f"the sandbox's repo is at {head[:12]}, but the snapshot is against {base_commit[:12]}"
         )
-    for name, diff, flags in (("index", ws.index_diff, "--cached"), ("tree", ws.tree_diff, "")):
-        if not diff:
-            continue
-        path = f"/tmp/.swerl-snapshot-{name}.diff"
-        sb.write_file(path, diff)
-        _run(
-            sb,
-            f"git apply --binary --whitespace=nowarn {flags} {path} && rm -f {path}",
-            repo,
-            f"apply the {name}",
-        )
+    if r.returncode != 0:
+        raise InfraError(f"snapshot: cannot apply the workspace: {r.output[-1000:]}")

@@ -13,6 +13,7 @@ an infrastructure failure (never 0.0) with ``info["status"] == "infra_error"``.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -115,6 +116,7 @@ class SWEEnv(gym.Env[str, str]):
         self._t0 = 0.0
         self._last_obs = ""
         self._done = True
+        self._closing: list[threading.Thread] = []
         if self.pool:
             for t in self.tasks[:4]:
                 self.pool.prewarm(t.image)
@@ -131,8 +133,11 @@ class SWEEnv(gym.Env[str, str]):
         return self._new_sandbox(image).start()
 
     def _release(self) -> None:
+        """Hand the episode's sandbox to a background closer: removal stays off reset's path."""
         if self.sandbox is not None:
-            self.sandbox.close()
+            closer = threading.Thread(target=self.sandbox.close, name="swerl-close", daemon=True)
+            closer.start()
+            self._closing = [t for t in self._closing if t.is_alive()] + [closer]
             self.sandbox = None
 
     # --------------------------------------------------------------- gym API
@@ -245,6 +250,8 @@ class SWEEnv(gym.Env[str, str]):
 
     def close(self) -> None:
         self._release()
+        for closer in self._closing:
+            closer.join()
         if self.pool:
             self.pool.close()
         super().close()

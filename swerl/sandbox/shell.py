@@ -49,14 +49,15 @@ out="$d/out"
 err="$d/err"
 reply() {  # rc timed_out file
     # Small outputs are read and sent by bash builtins (NUL-delimited chunks),
-    # which saves two fork+execs per command; large ones go through stat and cat.
+    # which saves two fork+execs per command; large ones, and ones with many NUL
+    # bytes (one loop turn each), go through stat and cat.
     local size=0 n=0 part= big=0 i
     local -a parts=()
     if [ -s "$3" ]; then
         while IFS= read -r -d '' part; do
             parts[n++]=$part
             size=$((size + ${#part} + 1))
-            if [ "$size" -gt "$small" ]; then big=1; break; fi
+            if ((size > small || n > 64)); then big=1; break; fi
         done <"$3"
         [ "$big" = 0 ] && size=$((size + ${#part})) && [ "$size" -gt "$small" ] && big=1
     fi
