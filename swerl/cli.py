@@ -7,12 +7,14 @@ not validate), 2 bad usage or config, 3 infrastructure unavailable.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import json
 import logging
 import sys
 import time
-import importlib
 from collections.abc import Callable
+from pathlib import Path
 
 from swerl.errors import ConfigError, InfraError
 
@@ -50,8 +52,8 @@ def cmd_tasks_build_images(args: argparse.Namespace) -> int:
     from swerl.tasks.images import build_task_images
     from swerl.tasks.instance import load_instances
 
-    names = build_task_images(load_instances(args.suite), force=args.force)
-    _emit(args, {"images": names}, "\n".join(names))
+    images = build_task_images(load_instances(args.suite), force=args.force)  # instance id -> image
+    _emit(args, {"images": images}, "\n".join(f"{iid:40s} {image}" for iid, image in images.items()))
     return EXIT_OK
 
 
@@ -73,6 +75,141 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     summary = run_config(cfg, progress=progress)
     _emit(args, summary, format_summary(summary))
     return EXIT_OK if summary["infra_errors"] == 0 else EXIT_FAILED
+
+
+# -------------------------------------------------------------------- eval
+def cmd_eval(args: argparse.Namespace) -> int:
+    from swerl.evaluate import default_run_id, run_eval
+    from swerl.tasks.instance import load_instances
+
+    instances = load_instances(args.tasks)
+    client = None
+    if args.backend == "docker":
+        from swerl.sandbox.docker import connect
+
+        client = connect()  # fail fast (exit 3) before Ray starts; the report lists leftovers with it
+    run_id = args.run_id or default_run_id()
+    progress = (lambda _line: None) if args.json else print
+    progress(f"run id {run_id}: grading on {args.workers} Ray worker(s)")
+    run = run_eval(
+        args.predictions,
+        instances,
+        run_id=run_id,
+        out=args.output_dir,
+        workers=args.workers,
+        timeout=args.timeout,
+        retries=args.retries,
+        backend=args.backend,
+        ray_address=args.ray_address,
+        docker_client=client,
+        progress=progress,
+    )
+    if args.json:
+        print(json.dumps(run.to_dict(), indent=2))
+    return EXIT_FAILED if run.infra_errors else EXIT_OK
+
+
+# ----------------------------------------------------------------- sandbox
+def cmd_sandbox_shell(args: argparse.Namespace) -> int:
+    """A line-by-line shell: each line is one ``sandbox.execute`` in /testbed."""
+    from swerl.sandbox import SandboxConfig, make_sandbox
+    from swerl.tasks.instance import load_instances, select
+
+    (task,) = select(load_instances(args.tasks), [args.task])
+    interactive = sys.stdin.isatty()
+    cfg = SandboxConfig(timeout=args.timeout, workdir="/testbed")
+    with make_sandbox(args.backend, task.image, cfg) as sb:
+        if interactive:
+            print(
+                f"{task.instance_id} in {task.image}; each line is a fresh bash -c in /testbed; 'exit' ends"
+            )
+        while True:
+            if interactive:
+                print("$ ", end="", flush=True)
+            line = sys.stdin.readline()
+            if not line or line.strip() in ("exit", "logout"):
+                break
+            if not line.strip():
+                continue
+            r = sb.execute(line.rstrip("\n"), cwd="/testbed")
+            if args.json:
+                data = {"command": line.strip(), "output": r.output, "returncode": r.returncode,
+                        "duration": r.duration, "timed_out": r.timed_out}  # fmt: skip
+                print(json.dumps(data), flush=True)
+            else:
+                sys.stdout.write(r.output if r.output.endswith("\n") or not r.output else r.output + "\n")
+                if r.returncode:
+                    print(f"[exit {r.returncode}]")
+                sys.stdout.flush()
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ replay
+def cmd_replay(args: argparse.Namespace) -> int:
+    from swerl.env.swe_env import SWEEnv
+    from swerl.rollout.episode import JsonlSink
+    from swerl.rollout.replay import replay
+
+    path = Path(args.episodes)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such episode file")
+    episodes = [e for e in JsonlSink.read(path) if args.task_id in (None, e.task_id)]
+    if args.limit:
+        episodes = episodes[: args.limit]
+    if not episodes:
+        raise ConfigError(f"{path}: no episodes" + (f" of task {args.task_id}" if args.task_id else ""))
+    tasks = args.tasks or _run_tasks(path) or "swerl-mini"
+    rows = []
+    env = SWEEnv(tasks)
+    try:
+        for ep in episodes:
+            rep = replay(ep, env=env, from_step=args.from_step)
+            rows.append(dataclasses.asdict(rep) | {"matches": rep.matches})
+            if not args.json:
+                print(_replay_line(rows[-1]), flush=True)
+    finally:
+        env.close()
+    diverged = sum(not r["matches"] for r in rows)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"{len(rows) - diverged}/{len(rows)} episode(s) replayed identically")
+    return EXIT_FAILED if diverged else EXIT_OK
+
+
+def _run_tasks(episodes: Path) -> str | None:
+    """The tasks a run used, from the config.yaml `swerl rollout` wrote beside its episodes."""
+    import yaml
+
+    cfg = episodes.parent / "config.yaml"
+    if not cfg.is_file():
+        return None
+    try:
+        return (yaml.safe_load(cfg.read_text()) or {}).get("tasks")
+    except yaml.YAMLError:
+        return None
+
+
+def _replay_line(row: dict) -> str:
+    head = f"{row['task_id']} #{row['attempt']}: {row['compared']} step(s) compared, "
+    head += f"reward {row['reward']} (recorded {row['recorded_reward']})"
+    d = row["first_divergence"]
+    if d is None:
+        return head + (", identical" if row["matches"] else ", reward differs")
+    return (
+        f"{head}\n  first divergence at step {d['step']}: {d['action'][:120]}\n"
+        f"  expected: {d['expected'][:200]!r}\n  actual:   {d['actual'][:200]!r}"
+    )
+
+
+# ------------------------------------------------------------------ report
+def cmd_report(args: argparse.Namespace) -> int:
+    from swerl.report import write_report
+
+    out = write_report(args.run_dir, args.output_dir)
+    text = "\n".join([f"{out['episodes']} episode(s) from {out['episodes_file']}", *out["plots"]])
+    _emit(args, out, text)
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------- sandboxes
@@ -142,6 +279,51 @@ def build_parser() -> argparse.ArgumentParser:
         "config", nargs="?", default="default", help="YAML file or a name in configs/ (default: default)"
     )
     p.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. rollout.attempts=4")
+
+    p = add(sub, "eval", cmd_eval, "grade a SWE-bench predictions file; write the harness's report")
+    p.add_argument("predictions", help="JSON list or JSONL of {instance_id, model_name_or_path, model_patch}")
+    p.add_argument(
+        "--tasks", default="swerl-mini", help="suite name or JSON/JSONL task file (default: swerl-mini)"
+    )
+    p.add_argument(
+        "--run-id", default=None, help="run id (default: timestamped); a rerun skips graded instances"
+    )
+    p.add_argument(
+        "--output-dir", default=".", help="where logs/run_evaluation/ and the report go (default: .)"
+    )
+    p.add_argument("--workers", type=int, default=2, help="grades in flight, one Ray task each (default: 2)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds the tests may run per instance")
+    p.add_argument("--retries", type=int, default=2, help="retries of an infrastructure failure")
+    p.add_argument("--backend", default="docker", help="sandbox backend (default: docker)")
+    p.add_argument("--ray-address", default=None, help="a Ray cluster to use (default: local Ray)")
+
+    sandbox = sub.add_parser("sandbox", help="task sandboxes by hand").add_subparsers(
+        dest="sub", required=True
+    )
+    p = add(
+        sandbox, "shell", cmd_sandbox_shell, "run stdin's lines one by one in a task sandbox; 'exit' ends"
+    )
+    p.add_argument("task", help="instance id")
+    p.add_argument(
+        "--tasks", default="swerl-mini", help="suite or task file holding TASK (default: swerl-mini)"
+    )
+    p.add_argument("--backend", default="docker")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per command")
+
+    p = add(
+        sub, "replay", cmd_replay, "re-run recorded episodes and report the first divergence of observations"
+    )
+    p.add_argument("episodes", help="an episodes.jsonl file")
+    p.add_argument(
+        "--tasks", default=None, help="task suite/file (default: the run's config.yaml, else swerl-mini)"
+    )
+    p.add_argument("--task-id", default=None, help="only this task's episodes")
+    p.add_argument("--limit", type=int, default=0, help="at most this many episodes")
+    p.add_argument("--from-step", type=int, default=1, help="compare observations from this step on")
+
+    p = add(sub, "report", cmd_report, "plot a run's rewards and time breakdown as PNG files")
+    p.add_argument("run_dir", help="a run directory holding episodes.jsonl (or the file itself)")
+    p.add_argument("--output-dir", default=None, help="where the PNGs go (default: RUN_DIR)")
 
     p = add(sub, "reap", cmd_reap, "remove leftover swerl sandboxes")
     p.add_argument("--run-id", default=None, help="only this run's sandboxes")

@@ -1,0 +1,333 @@
+"""`swerl eval`: grade a SWE-bench predictions file in swerl sandboxes, report as the harness does.
+
+Grading runs as a small pool of Ray tasks, each calling ``swerl.grading.grade``.
+Each finished instance writes the harness's per-instance logs
+(``logs/run_evaluation/<run_id>/<model>/<instance_id>/report.json`` and friends)
+and the run report is then made by swebench's own ``make_run_report`` from those
+logs, so its keys, counts and file name (``<model>.<run_id>.json``) are the
+official ones rather than a copy. A rerun with the same run id skips instances
+that already have a report.json, as the harness does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swebench.harness.constants import (
+    APPLY_PATCH_FAIL,
+    LOG_INSTANCE,
+    LOG_REPORT,
+    LOG_TEST_OUTPUT,
+    RUN_EVALUATION_LOG_DIR,
+)
+
+from swerl.errors import ConfigError
+from swerl.grading import GradeResult, GradeStatus, grade
+from swerl.tasks.instance import Instance
+
+PREDICTION_KEYS = ("instance_id", "model_name_or_path", "model_patch")
+
+
+@dataclass
+class Prediction:
+    instance_id: str
+    model_name_or_path: str
+    model_patch: str | None
+    where: str = ""
+    """file:line, for messages."""
+
+    @property
+    def log_model(self) -> str:
+        """The model's directory name under the run, as the harness spells it."""
+        return self.model_name_or_path.replace("/", "__")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in PREDICTION_KEYS}
+
+
+@dataclass
+class EvalRun:
+    """What one `swerl eval` did: the official report plus swerl's finer statuses."""
+
+    report_file: Path
+    report: dict[str, Any]
+    statuses: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    """Instances that already had a report.json under this run id (not regraded)."""
+    wall_seconds: float = 0.0
+
+    @property
+    def infra_errors(self) -> int:
+        return sum(s == GradeStatus.INFRA_ERROR.value for s in self.statuses.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "report_file": str(self.report_file),
+            "report": self.report,
+            "statuses": self.statuses,
+            "skipped": self.skipped,
+            "wall_seconds": self.wall_seconds,
+        }
+
+
+# ----------------------------------------------------------------- predictions
+def _json_records(text: str, path: Path) -> list[tuple[int, Any]]:
+    """(line, record) for a JSON list (or an {id: prediction} map, as the harness accepts)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}:{e.lineno}: bad JSON: {e.msg} (column {e.colno})") from None
+    if isinstance(data, dict):
+        return [(1, v) for v in data.values()]
+    if not isinstance(data, list):
+        raise ConfigError(f"{path}:1: expected a list of predictions, got {type(data).__name__}")
+    # Walk the array once more to learn on which line each element starts.
+    decoder, out, pos = json.JSONDecoder(), [], text.index("[") + 1
+    for _ in data:
+        while text[pos] in " \t\r\n,":
+            pos += 1
+        record, end = decoder.raw_decode(text, pos)
+        out.append((text.count("\n", 0, pos) + 1, record))
+        pos = end
+    return out
+
+
+def _jsonl_records(text: str, path: Path) -> list[tuple[int, Any]]:
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((lineno, json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}:{lineno}: bad JSON: {e.msg} (column {e.colno})") from None
+    return out
+
+
+def load_predictions(path: str | Path, instances: list[Instance]) -> list[Prediction]:
+    """Parse and check a predictions file against ``instances``; every error names file:line and field.
+
+    Everything is checked before anything is graded, so a bad file costs nothing.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such predictions file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text: {e}") from None
+    as_json = p.suffix == ".json" or (p.suffix != ".jsonl" and text.lstrip().startswith("["))
+    records = _json_records(text, p) if as_json else _jsonl_records(text, p)
+    known = {i.instance_id for i in instances}
+    seen: dict[str, str] = {}
+    out = []
+    for lineno, rec in records:
+        where = f"{p}:{lineno}"
+        if not isinstance(rec, dict):
+            raise ConfigError(f"{where}: a prediction must be an object, got {type(rec).__name__}")
+        for key in PREDICTION_KEYS:
+            if key not in rec:
+                raise ConfigError(
+                    f"{where}: missing field {key!r} (a prediction needs {', '.join(PREDICTION_KEYS)})"
+                )
+        iid, model, patch = rec["instance_id"], rec["model_name_or_path"], rec["model_patch"]
+        if not isinstance(iid, str) or not iid:
+            raise ConfigError(f"{where}: field 'instance_id' must be a non-empty string")
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"{where}: field 'model_name_or_path' must be a non-empty string")
+        if patch is not None and not isinstance(patch, str):
+            raise ConfigError(
+                f"{where}: field 'model_patch' must be a string or null, got {type(patch).__name__}"
+            )
+        if iid not in known:
+            raise ConfigError(
+                f"{where}: field 'instance_id': unknown instance {iid!r} (the tasks have {len(known)}: "
+                f"{', '.join(sorted(known)[:5])}{', ...' if len(known) > 5 else ''})"
+            )
+        if iid in seen:
+            raise ConfigError(
+                f"{where}: field 'instance_id': {iid!r} is predicted twice (first at {seen[iid]})"
+            )
+        seen[iid] = where
+        out.append(Prediction(iid, model, patch, where))
+    if not out:
+        raise ConfigError(f"{p}: no predictions in the file")
+    return out
+
+
+# --------------------------------------------------------------------- grading
+def _grade_one(
+    instance: Instance, patch: str | None, timeout: float, retries: int, run_id: str, backend: str
+):
+    """Runs in a Ray worker: one fresh sandbox per grade, labelled with the run id for reaping."""
+    from swerl.grading import docker_factory
+    from swerl.sandbox import SandboxConfig, make_sandbox
+
+    if backend == "docker":
+        factory = docker_factory(timeout, run_id)
+    else:
+        cfg = SandboxConfig(timeout=timeout, run_id=run_id)
+
+        def factory(image: str):
+            return make_sandbox(backend, image, cfg)
+
+    return grade(instance, patch, sandbox_factory=factory, retries=retries, timeout=timeout)
+
+
+def grade_on_ray(
+    pairs: list[tuple[Instance, str | None]],
+    *,
+    workers: int = 2,
+    timeout: float = 1800.0,
+    retries: int = 2,
+    run_id: str = "eval",
+    backend: str = "docker",
+    ray_address: str | None = None,
+    cpus_per_task: float = 0.25,
+) -> Iterator[tuple[int, GradeResult]]:
+    """(index into ``pairs``, result) in completion order, at most ``workers`` in flight."""
+    if not pairs:
+        return  # nothing to grade: do not start Ray
+    import ray
+
+    from swerl.rollout.runner import ensure_ray
+
+    ensure_ray(ray_address)
+    remote = ray.remote(_grade_one).options(num_cpus=cpus_per_task, max_retries=1)
+    todo = list(enumerate(pairs))[::-1]
+    inflight: dict[Any, int] = {}
+    while todo or inflight:
+        while todo and len(inflight) < max(1, workers):
+            i, (inst, patch) = todo.pop()
+            inflight[remote.remote(inst, patch, timeout, retries, run_id, backend)] = i
+        done, _ = ray.wait(list(inflight), num_returns=1)
+        for ref in done:
+            i = inflight.pop(ref)
+            try:
+                result = ray.get(ref)
+            except Exception as e:  # the worker died: infra, never a score
+                result = GradeResult(
+                    pairs[i][0].instance_id, GradeStatus.INFRA_ERROR, error=f"grading task lost: {e}"
+                )
+            yield i, result
+
+
+# ---------------------------------------------------------------- harness logs
+def instance_log_dir(out: Path, run_id: str, pred: Prediction) -> Path:
+    return out / RUN_EVALUATION_LOG_DIR / run_id / pred.log_model / pred.instance_id
+
+
+def write_instance_logs(out: Path, run_id: str, pred: Prediction, result: GradeResult) -> None:
+    """The files run_instance leaves behind; report.json only where the harness writes one.
+
+    The harness writes no report.json when the patch does not apply, the tests time
+    out or the container fails: those instances are its ``error_ids``.
+    """
+    d = instance_log_dir(out, run_id, pred)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "patch.diff").write_text(pred.model_patch or "")
+    lines = [f"swerl grade of {pred.instance_id}: {result.status.value} (attempts {result.attempts})"]
+    if result.status is GradeStatus.PATCH_FAILED:
+        lines.append(f"{APPLY_PATCH_FAIL}:\n{result.log}")
+    if result.error:
+        lines.append(result.error)
+    lines.append(f"timings: {json.dumps(result.timings)}")
+    (d / LOG_INSTANCE).write_text("\n".join(lines) + "\n")
+    if result.log and result.status is not GradeStatus.PATCH_FAILED:
+        (d / LOG_TEST_OUTPUT).write_text(result.log)
+    timed_out = result.error.startswith("tests timed out")
+    if result.status in (GradeStatus.RESOLVED, GradeStatus.UNRESOLVED) and result.report and not timed_out:
+        tmp = d / f".{LOG_REPORT}.tmp"
+        tmp.write_text(json.dumps({pred.instance_id: result.report}, indent=4))
+        tmp.replace(d / LOG_REPORT)  # atomic: a crash never leaves a half report that counts as an error
+
+
+@contextlib.contextmanager
+def _cwd(path: Path) -> Iterator[None]:
+    old = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def make_report(
+    out: Path, predictions: list[Prediction], instances: list[Instance], run_id: str, client: Any = None
+) -> tuple[Path, dict[str, Any], str]:
+    """swebench's make_run_report over the logs in ``out`` -> (report file, report, what it printed)."""
+    from swebench.harness.reporting import make_run_report
+
+    preds = {p.instance_id: p.to_dict() for p in predictions}
+    printed = io.StringIO()
+    # The harness reads its logs relative to the working directory.
+    with _cwd(out), contextlib.redirect_stdout(printed):
+        path = make_run_report(preds, [i.to_dict() for i in instances], run_id, client)
+    path = out / path
+    return path, json.loads(path.read_text()), printed.getvalue()
+
+
+# ------------------------------------------------------------------------ run
+def run_eval(
+    predictions_path: str | Path,
+    instances: list[Instance],
+    *,
+    run_id: str,
+    out: str | Path = ".",
+    workers: int = 2,
+    timeout: float = 1800.0,
+    retries: int = 2,
+    backend: str = "docker",
+    ray_address: str | None = None,
+    docker_client: Any = None,
+    progress: Callable[[str], None] = print,
+) -> EvalRun:
+    """Validate, grade what is not graded yet under ``run_id``, write logs and the official report."""
+    t0 = time.monotonic()
+    out = Path(out).resolve()
+    preds = load_predictions(predictions_path, instances)
+    by_id = {i.instance_id: i for i in instances}
+    done = [p for p in preds if (instance_log_dir(out, run_id, p) / LOG_REPORT).exists()]
+    done_ids = {p.instance_id for p in done}
+    if done:
+        progress(f"{len(done)} instance(s) already graded under run id {run_id}, skipping")
+    todo = [p for p in preds if p.instance_id not in done_ids and p.model_patch not in ("", None)]
+    statuses = {p.instance_id: GradeStatus.EMPTY_PATCH.value for p in preds if p.model_patch in ("", None)}
+    statuses |= {p.instance_id: "skipped" for p in done}
+    pairs = [(by_id[p.instance_id], p.model_patch) for p in todo]
+    for n, (i, result) in enumerate(
+        grade_on_ray(
+            pairs,
+            workers=workers,
+            timeout=timeout,
+            retries=retries,
+            run_id=run_id,
+            backend=backend,
+            ray_address=ray_address,
+        ),
+        1,
+    ):
+        pred = todo[i]
+        write_instance_logs(out, run_id, pred, result)
+        statuses[pred.instance_id] = result.status.value
+        detail = f" ({result.error.splitlines()[0]})" if result.error else ""
+        progress(
+            f"[{n:>3}/{len(todo)}] {pred.instance_id}: {result.status.value}{detail} "
+            f"({result.timings.get('total', 0.0):.1f} s)"
+        )
+    path, report, printed = make_report(out, preds, instances, run_id, docker_client)
+    for line in printed.splitlines():
+        progress(f"Report written to {path}" if line.startswith("Report written to") else line)
+    return EvalRun(path, report, dict(sorted(statuses.items())), sorted(done_ids), time.monotonic() - t0)
+
+
+def default_run_id() -> str:
+    return time.strftime("swerl-eval-%Y%m%d-%H%M%S")
