@@ -1,0 +1,205 @@
+"""Rollout throughput, Ray's per-step overhead, and memory per sandbox and per actor.
+
+A scripted policy runs K cheap bash steps and submits nothing (empty patch, so
+no grading sandbox): the table measures swerl's rollout machinery, not the tests
+of a task. Concurrency c runs c envs at once (c/8 actors of 8 envs, at least one
+actor); each env plays ``--episodes`` episodes. The Ray overhead is the step
+latency through an actor minus the same env stepped in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import ClassVar
+
+import ray
+
+from swerl.bench._stats import table
+from swerl.env import SWEEnv, actions
+from swerl.policies.scripted import ScriptedPolicy
+from swerl.rollout.actor import EnvActor
+from swerl.rollout.runner import RolloutRunner, ensure_ray
+from swerl.sandbox.base import RUN_LABEL, SandboxConfig
+from swerl.sandbox.docker import connect, reap
+from swerl.tasks.images import build_task_images
+from swerl.tasks.instance import load_instances
+
+
+class EchoPolicy(ScriptedPolicy):
+    placement: ClassVar[str] = "actor"
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def script(self, task, attempt) -> list[str]:
+        return [actions.bash(f"echo step {i}") for i in range(self.steps)] + [actions.submit()]
+
+
+def _uss(pid: int) -> int | None:
+    """Unique set size of a process: what killing it would free (Linux smaps_rollup)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            text = f.read()
+    except OSError:
+        return None
+    kb = sum(
+        int(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith(("Private_Clean", "Private_Dirty"))
+    )
+    return kb * 1024
+
+
+def _container_memory(client, run_prefix: str) -> list[int]:
+    """Memory charged to each running swerl container of this run (cgroup v1 or v2)."""
+    out = []
+    for c in client.api.containers(filters={"label": ["swerl.owner=swerl"]}):
+        if not c["Labels"].get(RUN_LABEL, "").startswith(run_prefix):
+            continue
+        for path in (
+            f"/sys/fs/cgroup/memory/docker/{c['Id']}/memory.usage_in_bytes",
+            f"/sys/fs/cgroup/system.slice/docker-{c['Id']}.scope/memory.current",
+        ):
+            if os.path.exists(path):
+                with open(path) as f:
+                    out.append(int(f.read()))
+                break
+    return out
+
+
+def _episode_overhead(task, cfg: SandboxConfig, steps: int, n: int) -> tuple[float, float]:
+    """Per-step cost of whole episodes in-process vs. inside an actor (the default placement)."""
+    policy = EchoPolicy(steps)
+    kwargs = {"max_repeats": 0, "pool_size": 0}
+    with SWEEnv([task], sandbox_config=cfg, **kwargs) as env:
+        t = 0.0
+        for i in range(n + 1):
+            if i == 1:  # the first episode warms up
+                t = time.perf_counter()
+            env.reset(options={"task": task.instance_id})
+            state = policy.start(task, i)
+            done = False
+            while not done:
+                _, _, term, trunc, _ = env.step(policy.act(state, "").action)
+                done = term or trunc
+        local = (time.perf_counter() - t) / (n * (steps + 1))
+    actor = EnvActor.options(num_cpus=0.1).remote([task], 1, f"{cfg.run_id}-episodes", kwargs)
+    try:
+        ref = ray.put(policy)
+        ray.get(actor.run_episode.remote(0, task.instance_id, 0, ref))  # warm-up
+        t = time.perf_counter()
+        for i in range(n):
+            ray.get(actor.run_episode.remote(0, task.instance_id, i, ref))
+        remote = (time.perf_counter() - t) / (n * (steps + 1))
+    finally:
+        ray.get(actor.close.remote())
+        ray.kill(actor)
+    return local, remote
+
+
+def _ray_overhead(task, cfg: SandboxConfig, n: int) -> tuple[float, float]:
+    step = actions.bash("echo hi")
+    with SWEEnv([task], sandbox_config=cfg, max_steps=0, max_repeats=0) as env:
+        env.reset(options={"task": task.instance_id})
+        for _ in range(10):
+            env.step(step)
+        t = time.perf_counter()
+        for _ in range(n):
+            env.step(step)
+        local = (time.perf_counter() - t) / n
+    actor = EnvActor.options(num_cpus=0.1).remote(
+        [task], 1, f"{cfg.run_id}-overhead", {"max_steps": 0, "max_repeats": 0}
+    )
+    try:
+        ray.get(actor.reset.remote(0, task.instance_id, 0))
+        for _ in range(10):
+            ray.get(actor.step.remote(0, step))
+        t = time.perf_counter()
+        for _ in range(n):
+            ray.get(actor.step.remote(0, step))
+        remote = (time.perf_counter() - t) / n
+    finally:
+        ray.get(actor.close.remote())
+        ray.kill(actor)
+    return local, remote
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m swerl.bench rollout", description=__doc__)
+    parser.add_argument("--levels", default="1,4,16,64", help="concurrent envs to measure")
+    parser.add_argument("--steps", type=int, default=10, help="bash steps per episode")
+    parser.add_argument("--episodes", type=int, default=2, help="episodes per env")
+    parser.add_argument("--overhead-steps", type=int, default=300)
+    args = parser.parse_args(argv)
+
+    client = connect()
+    task = load_instances("swerl-mini")[0]
+    build_task_images([task], client=client)
+    ensure_ray()
+    prefix = f"bench-rollout-{os.getpid()}"
+    cfg = SandboxConfig(run_id=prefix, memory="1g", cpus=1.0)
+    rows = []
+    try:
+        local, remote = _ray_overhead(task, cfg, args.overhead_steps)
+        ep_local, ep_remote = _episode_overhead(task, cfg, 20, 10)
+        for c in (int(x) for x in args.levels.split(",")):
+            actors = max(1, c // 8)
+            per_actor = max(1, c // actors)
+            runner = RolloutRunner(
+                [task] * 1,
+                EchoPolicy(args.steps),
+                num_actors=actors,
+                envs_per_actor=per_actor,
+                attempts=actors * per_actor * args.episodes,
+                env_kwargs={"sandbox_config": cfg, "max_repeats": 0, "pool_size": 0},
+                run_id=f"{prefix}-c{c}",
+                actor_cpus=0.01,
+            )
+            peak_sandboxes: list[int] = []
+            with runner:
+                pids = [ray.get(h.where.remote())["pid"] for h in runner._actors.values()]
+                t = time.perf_counter()
+                episodes = 0
+                steps = 0
+                for ep in runner.stream():
+                    episodes += 1
+                    steps += len(ep.steps)
+                    if episodes == max(1, c // 2):
+                        peak_sandboxes = _container_memory(client, f"{prefix}-c{c}")
+                wall = time.perf_counter() - t
+                actor_uss = [u for u in map(_uss, pids) if u is not None]
+            mem_sb = sum(peak_sandboxes) / len(peak_sandboxes) / 2**20 if peak_sandboxes else float("nan")
+            mem_actor = sum(actor_uss) / len(actor_uss) / 2**20 if actor_uss else float("nan")
+            rows.append([c, actors, episodes, steps, wall, episodes / wall, steps / wall, mem_sb, mem_actor])
+    finally:
+        for c in client.api.containers(all=True, filters={"label": ["swerl.owner=swerl"]}):
+            if c["Labels"].get(RUN_LABEL, "").startswith(prefix):
+                reap(c["Labels"][RUN_LABEL], client=client)
+    print(f"task {task.instance_id}; {args.steps} bash steps + submit per episode; {os.cpu_count()} CPUs")
+    print(
+        table(
+            [
+                "envs",
+                "actors",
+                "episodes",
+                "steps",
+                "wall s",
+                "episodes/s",
+                "steps/s",
+                "MB/sandbox",
+                "MB/actor",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"policy in the driver: step latency in-process {local * 1000:.2f} ms, through a Ray actor "
+        f"{remote * 1000:.2f} ms: Ray adds {(remote - local) * 1000:.2f} ms per step"
+    )
+    print(
+        f"policy in the actor: per step of whole episodes in-process {ep_local * 1000:.2f} ms, in an actor "
+        f"{ep_remote * 1000:.2f} ms: Ray adds {(ep_remote - ep_local) * 1000:.2f} ms per step"
+    )
+    return 0
