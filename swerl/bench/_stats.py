@@ -14,6 +14,6 @@ def percentiles_ms(samples: list[float]) -> tuple[float, float]:
 def table(header: list[str], rows: list[list[object]]) -> str:
     cells = [header, *[[f"{c:.2f}" if isinstance(c, float) else str(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

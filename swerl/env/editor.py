@@ -43,6 +43,8 @@ class Editor:
     def run(self, args: dict) -> str:
         command = args["command"]
         path = self.resolve(args["path"])
+        if command != "view" and not self._inside_repo(path):
+            return f"Error: {args['path']} is outside the repository {self.root}; the editor only writes inside it."
         if command == "view":
             return self.view(path, args.get("view_range"))
         if command == "create":
@@ -50,6 +52,14 @@ class Editor:
         if command == "str_replace":
             return self.str_replace(path, args["old_str"], args.get("new_str", ""))
         return self.insert(path, args["insert_line"], args["new_str"])
+
+    def _inside_repo(self, path: str) -> bool:
+        """Lexically and after resolving symlinks (a link inside the repo may point out of it)."""
+        root = self.root.rstrip("/")
+        if path != root and not path.startswith(root + "/"):
+            return False
+        real = self.sandbox.execute(f"realpath -m -- {shlex.quote(path)}", timeout=30).output.strip()
+        return real == root or real.startswith(root + "/")
 
     def _read(self, path: str) -> str:
         return _decode(self.sandbox.read_file(path))

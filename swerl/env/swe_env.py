@@ -294,6 +294,10 @@ class SWEEnv(gym.Env[str, str]):
             output += (
                 f"\n[swerl: the command timed out after {self.limits.command_timeout:g} s and was killed]"
             )
+        elif r.output_limit:
+            output += f"\n[swerl: the command wrote more than {self.sandbox.config.max_output} bytes of output and was killed]"
+        elif r.returncode == 128 + 25:  # SIGXFSZ
+            output += f"\n[swerl: a file grew past the sandbox's limit of {self.sandbox.config.max_file_size} bytes]"
         return f"<returncode>{r.returncode}</returncode>\n<output>\n{output}</output>", False
 
     def _truncation_reason(self) -> str:

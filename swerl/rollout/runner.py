@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ class Work:
     attempt: int
     retries: int = 0
     avoid: str | None = None
+    not_before: float = 0.0
+    """monotonic time before which a retry is not started (exponential backoff)."""
 
 
 @dataclass(eq=False)
@@ -82,6 +85,7 @@ class RolloutRunner:
         env_kwargs: dict[str, Any] | None = None,
         actor_cpus: float = 0.25,
         max_retries: int = 2,
+        retry_delay: float = 1.0,
         sink: str | os.PathLike | None = None,
         resume: bool = True,
         group: bool = False,
@@ -107,6 +111,7 @@ class RolloutRunner:
         self.backend = self.env_kwargs["backend"]
         self.actor_cpus = actor_cpus
         self.max_retries = max_retries
+        self.retry_delay = retry_delay
         self.sink_path = Path(sink) if sink else None
         self.resume = resume
         self.group = group
@@ -221,6 +226,9 @@ class RolloutRunner:
             while queue or self._inflight:
                 self._fill(queue)
                 if not self._inflight:
+                    if queue and self._free:  # only retries that are backing off
+                        time.sleep(max(0.0, min(w.not_before for w in queue) - time.monotonic()))
+                        continue
                     raise InfraError("no actor slot is available to run the remaining episodes")
                 for ep in self._collect(queue):
                     if sink:
@@ -247,9 +255,20 @@ class RolloutRunner:
         return self._free.popleft()
 
     def _fill(self, queue: deque[Work]) -> None:
-        while queue and self._free and len(self._inflight) < self.max_in_flight:
-            work = queue.popleft()
+        now = time.monotonic()
+        for work in [w for w in queue if w.not_before <= now]:
+            if not self._free or len(self._inflight) >= self.max_in_flight:
+                return
+            queue.remove(work)
             self._launch(Running(work, self._take_slot(work.avoid)))
+
+    def _retry(self, w: Work, queue: deque[Work], avoid: str) -> None:
+        """Requeue ``w`` on another actor after a backoff (1, 2, 4... times retry_delay)."""
+        self.stats["retried"] += 1
+        delay = self.retry_delay * 2**w.retries
+        queue.appendleft(
+            Work(w.task_id, w.attempt, w.retries + 1, avoid=avoid, not_before=time.monotonic() + delay)
+        )
 
     def _launch(self, run: Running) -> None:
         w, s = run.work, run.slot
@@ -266,7 +285,11 @@ class RolloutRunner:
     def _collect(self, queue: deque[Work]) -> list[Episode]:
         """Wait for at least one result, take every ready one, return finished episodes."""
         refs = list(self._inflight)
-        ready, _ = ray.wait(refs, num_returns=1)
+        delayed = [w.not_before for w in queue if w.not_before > time.monotonic()]
+        timeout = max(0.0, min(delayed) - time.monotonic()) if delayed and self._free else None
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        if not ready:
+            return []
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if len(refs) > 1 else (ready, None)
         finished: list[Episode] = []
         need_action: list[tuple[Running, str]] = []
@@ -300,8 +323,7 @@ class RolloutRunner:
         self._free.append(run.slot)
         ep.retries = run.work.retries
         if ep.infra_error and run.work.retries < self.max_retries:
-            self.stats["retried"] += 1
-            queue.appendleft(Work(ep.task_id, ep.attempt, run.work.retries + 1, avoid=run.slot.actor_id))
+            self._retry(run.work, queue, run.slot.actor_id)
             return
         finished.append(ep)
 
@@ -314,8 +336,7 @@ class RolloutRunner:
         for r in victims:
             w = r.work
             if w.retries < self.max_retries:
-                self.stats["retried"] += 1
-                queue.appendleft(Work(w.task_id, w.attempt, w.retries + 1, avoid=dead))
+                self._retry(w, queue, dead)
             else:
                 finished.append(
                     Episode(w.task_id, w.attempt, status="infra_error", reason="actor_died",

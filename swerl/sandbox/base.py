@@ -70,6 +70,8 @@ class ExecResult:
     duration: float
     timed_out: bool = False
     truncated: bool = False
+    output_limit: bool = False
+    """The command wrote more than ``SandboxConfig.max_output`` bytes and was killed."""
 
     @property
     def output(self) -> str:
@@ -77,12 +79,13 @@ class ExecResult:
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and not self.output_limit
 
     def check(self, command: str = "") -> ExecResult:
         """Raise CommandFailed unless the command succeeded; return self otherwise."""
         if not self.ok:
             what = "timed out" if self.timed_out else f"exited {self.returncode}"
+            what = "was killed for flooding output" if self.output_limit else what
             raise CommandFailed(f"command {what}: {command[:200]!r}\n{self.output[-2000:]}", self)
         return self
 
@@ -103,6 +106,10 @@ class SandboxConfig:
     """Default per-command timeout in seconds (0 means none)."""
     output_cap: int = 1 << 20
     """Bytes of output kept per command; beyond it the head and tail are kept."""
+    max_output: int = 64 << 20
+    """A command that writes more output than this is killed (an output flood)."""
+    max_file_size: int = 1 << 30
+    """Largest file a command may write (``ulimit -f``); 0 for no limit."""
     start_timeout: float = 60.0
     lifetime: float = 6 * 3600.0
     """Seconds the sandbox may live at most: it must outlive any episode."""

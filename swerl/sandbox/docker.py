@@ -168,7 +168,7 @@ class DockerSandbox:
         try:
             exec_id = api.exec_create(
                 self.container_id,
-                server_command(self.config.output_cap),
+                server_command(self.config),
                 stdin=True,
                 stdout=True,
                 stderr=True,

@@ -441,7 +441,7 @@ class EnrootSandbox:
             argv += ["-e", f"{k}={v}"]
         for m in self.options.mounts:
             argv += ["-m", m]
-        return [*argv, self.name, *server_command(cfg.output_cap)]
+        return [*argv, self.name, *server_command(cfg)]
 
     def _pyxis_argv(self, sqsh: Path) -> list[str]:
         cfg, opts = self.config, self.options
@@ -458,7 +458,7 @@ class EnrootSandbox:
             argv.append("--container-remap-root")
         if opts.mounts:
             argv.append(f"--container-mounts={','.join(opts.mounts)}")
-        return [*argv, *opts.srun_args, *server_command(cfg.output_cap)]
+        return [*argv, *opts.srun_args, *server_command(cfg)]
 
     def _pyxis_env(self, env: dict[str, str]) -> dict[str, str]:
         slurm = {k: v for k, v in os.environ.items() if k.startswith("SLURM")}

@@ -455,7 +455,7 @@ class KubernetesSandbox:
                 exec_api.connect_get_namespaced_pod_exec,
                 self.name,
                 self.namespace,
-                command=server_command(self.config.output_cap),
+                command=server_command(self.config),
                 container=CONTAINER,
                 stdin=True,
                 stdout=True,

@@ -33,25 +33,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from swerl.errors import SandboxError
-from swerl.sandbox.base import ExecResult
+from swerl.sandbox.base import ExecResult, SandboxConfig
 
 SERVER_SCRIPT = r"""
 _lc=${LC_ALL-__swerl_unset__}
 LC_ALL=C
 cap=${1:-1048576}
+maxout=${2:-67108864}
+fsize=${3:-0}
 small=$((cap < 65536 ? cap : 65536))
 d=$(mktemp -d /tmp/.swerl.XXXXXXXX) || exit 90
 mkfifo "$d/done" || exit 91
 exec 3<>"$d/done"
 exec 2>>"$d/server.err"
 set -m
-out="$d/out"
 err="$d/err"
 reply() {  # rc timed_out file
     # Small outputs are read and sent by bash builtins (NUL-delimited chunks),
     # which saves two fork+execs per command; large ones, and ones with many NUL
     # bytes (one loop turn each), go through stat and cat.
     local size=0 n=0 part= big=0 i
+    size_forked=
     local -a parts=()
     if [ -s "$3" ]; then
         while IFS= read -r -d '' part; do
@@ -68,6 +70,7 @@ reply() {  # rc timed_out file
         return
     fi
     size=$(stat -c %s -- "$3")
+    size_forked=1
     if [ "$size" -le "$cap" ]; then
         printf 'R %s %s %s %s %s 0\n' "$id" "$1" "$2" "$size" "$size"
         cat -- "$3"
@@ -82,6 +85,10 @@ printf 'SWERL-READY %s\n' "$$"
 while IFS=' ' read -r op id a b c e; do
     case $op in
     X)
+        # A fresh output file per command: a background process the last command
+        # left running keeps writing to its own file, never into this one.
+        ((id % 64 == 0)) && rm -f -- "$d"/out.*
+        out="$d/out.$id"
         cwd= cmd= envs=
         [ "$b" -gt 0 ] && IFS= read -r -N "$b" cwd
         [ "$c" -gt 0 ] && IFS= read -r -N "$c" cmd
@@ -94,25 +101,38 @@ while IFS=' ' read -r op id a b c e; do
                 exit 1
             fi
             eval "$envs"
+            [ "$fsize" -gt 0 ] && ulimit -f "$((fsize / 1024))"
+            # Under memory pressure the kernel kills the command, not the server.
+            echo 1000 2>/dev/null >/proc/self/oom_score_adj
             bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&-
             printf '%s %s\n' "$id" "$?" >&3
         ) &
-        pid=$! to=0 rc=
+        pid=$! to=0 rc= t0=${EPOCHREALTIME/./}
+        limit=0
+        [ "$a" != 0 ] && limit=$((${a%.*} * 1000000 + 10#${a#*.} * 1000))
+        # Wake every 0.25 s while a command runs, to enforce the timeout and the
+        # output limit; a quick command returns at once.
         while :; do
-            if [ "$a" = 0 ]; then
-                read -r -u 3 rid rc
-            elif ! read -r -t "$a" -u 3 rid rc; then
+            if read -r -t 0.25 -u 3 rid rc; then
+                [ "$rid" = "$id" ] && break
+                continue
+            fi
+            if [ "$limit" -gt 0 ] && [ $((${EPOCHREALTIME/./} - t0)) -ge "$limit" ]; then
                 to=1
                 break
             fi
-            [ "$rid" = "$id" ] && break
+            if [ "$(stat -c %s -- "$out" 2>/dev/null || echo 0)" -gt "$maxout" ]; then
+                to=2
+                break
+            fi
         done
-        if [ "$to" = 1 ]; then
+        if [ "$to" != 0 ]; then
             kill -KILL -- "-$pid" 2>/dev/null
             rc=137
         fi
         wait "$pid" 2>/dev/null
         reply "$rc" "$to" "$out"
+        [ -n "$size_forked" ] && rm -f -- "$out"
         ;;
     W)
         path=
@@ -155,14 +175,15 @@ exits when the lifetime is over, so a sandbox left behind ends on its own."""
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def server_command(output_cap: int) -> list[str]:
+def server_command(config: SandboxConfig) -> list[str]:
     """argv that starts the command server inside a sandbox.
 
     The script itself arrives first on stdin (see ``ShellChannel.handshake``), so
     ``ps`` inside the sandbox shows one short line instead of the whole server.
     """
     loader = f'IFS= read -r -N {len(SERVER_SCRIPT.encode())} s && eval "$s"'
-    return ["bash", "-c", loader, "swerl-server", str(int(output_cap))]
+    limits = (config.output_cap, config.max_output, config.max_file_size)
+    return ["bash", "-c", loader, "swerl-server", *(str(int(x)) for x in limits)]
 
 
 def encode_env(env: dict[str, str]) -> bytes:
@@ -180,7 +201,8 @@ def encode_env(env: dict[str, str]) -> bytes:
 @dataclass
 class Reply:
     returncode: int
-    timed_out: bool
+    killed: int
+    """0: ran to the end; 1: killed at the timeout; 2: killed for writing too much output."""
     total: int
     head: bytes
     tail: bytes
@@ -283,7 +305,7 @@ class ShellChannel:
             if len(fields) != 7 or fields[0] != b"R" or int(fields[1]) != rid:
                 raise self._break(f"protocol error: unexpected reply {fields[:7]!r}")
             rc, to, total, head, tail = (int(f) for f in fields[2:])
-            return Reply(rc, bool(to), total, self._readexact(head), self._readexact(tail))
+            return Reply(rc, to, total, self._readexact(head), self._readexact(tail))
 
     def execute(
         self, command: str, cwd: str, timeout: float, env: dict[str, str] | None = None
@@ -305,8 +327,9 @@ class ShellChannel:
             raw=reply.body(),
             returncode=reply.returncode,
             duration=time.monotonic() - start,
-            timed_out=reply.timed_out,
+            timed_out=reply.killed == 1,
             truncated=reply.truncated,
+            output_limit=reply.killed == 2,
         )
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
