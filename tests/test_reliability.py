@@ -292,6 +292,9 @@ def test_interrupted_driver_leaves_parseable_jsonl_and_resume_completes(tasks, t
 def test_short_soak_loses_nothing(task_images, capsys):
     from swerl.bench.soak import main as soak
 
-    assert soak(["--envs", "8", "--seconds", "20", "--mem-tolerance", "0.5"]) == 0
+    try:
+        assert soak(["--envs", "8", "--seconds", "20", "--mem-tolerance", "0.5"]) == 0
+    finally:
+        ray.shutdown()
     out = capsys.readouterr().out
     assert "soak: PASS" in out and " 0 " in out
