@@ -287,3 +287,32 @@ def test_replay_matches_then_finds_the_first_divergence(rollout_run, tmp_path):
     r = run_cli("replay", str(tampered), "--tasks", "swerl-mini")
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"first divergence at step {steps[0].index}" in r.stdout and "something else" in r.stdout
+
+
+# ----------------------------------------------------------------- configs
+CONFIGS = sorted(p.stem for p in (Path(__file__).parents[1] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_bundled_configs_validate(name):
+    from swerl.config import load_config
+
+    load_config(name)
+
+
+def test_laptop_and_cluster_configs_differ_only_in_the_backend():
+    from swerl.config import load_config
+
+    laptop, cluster = load_config("default").model_dump(), load_config("kuberay").model_dump()
+    assert [k for k in laptop if laptop[k] != cluster[k]] == ["backend"]
+    assert cluster["backend"]["name"] == "kubernetes"
+
+
+def test_bad_config_file_is_exit_2_naming_key_and_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rollout:\n  attempts: 0\n  num_actorz: 3\n")
+    r = run_cli("rollout", str(bad))
+    assert r.returncode == 2 and str(bad) in r.stderr
+    assert "rollout.attempts" in r.stderr and "rollout.num_actorz" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("rollout", str(tmp_path / "none.yaml"))
+    assert r.returncode == 2 and "does not exist" in r.stderr
