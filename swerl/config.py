@@ -73,6 +73,28 @@ class RayAddress(Section):
     """None: start a local Ray (or use RAY_ADDRESS)."""
 
 
+class SlurmSection(Section):
+    """How ``swerl cluster slurm`` asks for an allocation and starts Ray on it."""
+
+    partition: str | None = None
+    account: str | None = None
+    nodes: int = Field(1, ge=1)
+    time: str = "01:00:00"
+    cpus_per_task: int | None = Field(None, ge=1)
+    """CPUs per node for Ray (``--num-cpus``); default all the node's CPUs in the allocation."""
+    mem: str | None = None
+    gpus_per_node: int | None = Field(None, ge=0)
+    job_name: str | None = None
+    ray_port: int = Field(6379, ge=1024, le=65000)
+    """GCS port; Ray's other ports are the next few and a worker range above it."""
+    ray_temp_dir: str = "/tmp/swerl-ray-{job_id}"
+    """Short (Unix socket paths must fit in 107 bytes); ``{job_id}`` is the Slurm job id."""
+    join_timeout: float = Field(300.0, gt=0)
+    setup: list[str] = Field(default_factory=list)
+    """Shell lines run first on each node's job script, e.g. ``module load enroot``."""
+    sbatch_args: list[str] = Field(default_factory=list)
+
+
 class RolloutConfig(Section):
     name: str = "rollout"
     tasks: str = "swerl-mini"
@@ -84,6 +106,7 @@ class RolloutConfig(Section):
     policy: PolicySection = Field(default_factory=PolicySection)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     ray: RayAddress = Field(default_factory=RayAddress)
+    slurm: SlurmSection = Field(default_factory=SlurmSection)
 
     @property
     def out(self) -> Path:
