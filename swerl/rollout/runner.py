@@ -302,6 +302,21 @@ class RolloutRunner:
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
                 self._lost(run, e, queue, finished)
                 continue
+            except ray.exceptions.RayTaskError as e:
+                # An exception escaped the actor's episode loop (a bug, or an error
+                # nobody classified). Never a score: an infra error, retried, with the trace.
+                log.error(
+                    "episode %s #%d failed in %s: %s",
+                    run.work.task_id,
+                    run.work.attempt,
+                    run.slot.actor_id,
+                    e,
+                )
+                self.stats["task_errors"] += 1
+                ep = Episode(run.work.task_id, run.work.attempt, status="infra_error", reason="exception",
+                             error=str(e)[-4000:], where={"actor": run.slot.actor_id})  # fmt: skip
+                self._episode_done(run, ep, queue, finished)
+                continue
             if run.kind == "episode":
                 self._episode_done(run, Episode.from_dict(result), queue, finished)
                 continue

@@ -72,6 +72,8 @@ class ExecResult:
     truncated: bool = False
     output_limit: bool = False
     """The command wrote more than ``SandboxConfig.max_output`` bytes and was killed."""
+    killed_by_restart: bool = False
+    """The command took the command server down with it; the sandbox was restarted."""
 
     @property
     def output(self) -> str:
@@ -79,7 +81,7 @@ class ExecResult:
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and not self.output_limit
+        return self.returncode == 0 and not (self.timed_out or self.output_limit or self.killed_by_restart)
 
     def check(self, command: str = "") -> ExecResult:
         """Raise CommandFailed unless the command succeeded; return self otherwise."""

@@ -8,16 +8,21 @@ its own even before the reaper removes it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket as pysocket
 import struct
+import time
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import docker
 import docker.errors
+import requests
 
-from swerl.errors import BackendUnavailable, ImageMissing, SandboxClosed, SandboxError
+from swerl.errors import BackendUnavailable, ImageMissing, InfraError, SandboxClosed, SandboxError
 from swerl.sandbox.base import (
     HOST_LABEL,
     OWNER_LABEL,
@@ -27,6 +32,8 @@ from swerl.sandbox.base import (
     SandboxConfig,
 )
 from swerl.sandbox.shell import INIT_SCRIPT, ShellChannel, server_command
+
+log = logging.getLogger(__name__)
 
 
 def connect(timeout: float = 120.0) -> docker.DockerClient:
@@ -42,6 +49,20 @@ def connect(timeout: float = 120.0) -> docker.DockerClient:
             "or set DOCKER_HOST."
         ) from e
     return client
+
+
+DAEMON_UNREACHABLE = (requests.exceptions.ConnectionError, docker.errors.DockerException, ConnectionError)
+
+
+@contextlib.contextmanager
+def daemon_call(what: str) -> Iterator[None]:
+    """Turn the daemon going away mid-call into an infra error (the SDK raises requests' errors)."""
+    try:
+        yield
+    except docker.errors.APIError:
+        raise
+    except DAEMON_UNREACHABLE as e:
+        raise BackendUnavailable(f"the Docker daemon went away while trying to {what}: {e}") from e
 
 
 def require_image(client: docker.DockerClient, image: str) -> None:
@@ -87,6 +108,7 @@ class _FrameReader:
 
 
 def _remove_container(client: docker.DockerClient, container_id: str) -> None:
+    """Remove a container; if the daemon is unreachable, leave it to the reaper (it is labelled)."""
     try:
         client.api.remove_container(container_id, force=True, v=True)
     except docker.errors.NotFound:
@@ -94,6 +116,8 @@ def _remove_container(client: docker.DockerClient, container_id: str) -> None:
     except docker.errors.APIError as e:
         if "already in progress" not in str(e):
             raise
+    except (docker.errors.DockerException, OSError, requests.exceptions.ConnectionError) as e:
+        log.warning("cannot remove container %s now (%s); `swerl reap` will", container_id[:12], e)
 
 
 class DockerSandbox:
@@ -116,6 +140,7 @@ class DockerSandbox:
         self._channel: ShellChannel | None = None
         self._sock: Any = None
         self._closed = False
+        self._restarts = 0
         self._finalizer: weakref.finalize | None = None
 
     # ------------------------------------------------------------- lifecycle
@@ -125,30 +150,32 @@ class DockerSandbox:
         if self.container_id:
             return self
         client = self._client = self._client or connect()
-        require_image(client, self.image)
+        with daemon_call(f"check image {self.image}"):
+            require_image(client, self.image)
         cfg = self.config
         try:
-            container = client.containers.create(
-                self.image,
-                command=["bash", "-c", INIT_SCRIPT, "swerl-init", str(int(cfg.lifetime))],
-                entrypoint=[],
-                name=self.name,
-                labels=cfg.all_labels(),
-                environment=dict(cfg.env),
-                working_dir=cfg.workdir,
-                user=cfg.user,
-                network_mode="bridge" if cfg.network else "none",
-                mem_limit=cfg.memory,
-                memswap_limit=cfg.memory,
-                nano_cpus=int(cfg.cpus * 1e9),
-                pids_limit=cfg.pids_limit,
-                cap_drop=["ALL"],
-                cap_add=list(cfg.cap_add),
-                security_opt=["no-new-privileges"],
-                privileged=False,
-                hostname="sandbox",
-                detach=True,
-            )
+            with daemon_call(f"create a container of {self.image}"):
+                container = client.containers.create(
+                    self.image,
+                    command=["bash", "-c", INIT_SCRIPT, "swerl-init", str(int(cfg.lifetime))],
+                    entrypoint=[],
+                    name=self.name,
+                    labels=cfg.all_labels(),
+                    environment=dict(cfg.env),
+                    working_dir=cfg.workdir,
+                    user=cfg.user,
+                    network_mode="bridge" if cfg.network else "none",
+                    mem_limit=cfg.memory,
+                    memswap_limit=cfg.memory,
+                    nano_cpus=int(cfg.cpus * 1e9),
+                    pids_limit=cfg.pids_limit,
+                    cap_drop=["ALL"],
+                    cap_add=list(cfg.cap_add),
+                    security_opt=["no-new-privileges"],
+                    privileged=False,
+                    hostname="sandbox",
+                    detach=True,
+                )
         except docker.errors.ImageNotFound as e:
             raise ImageMissing(f"image {self.image!r} vanished: {e}") from e
         except docker.errors.APIError as e:
@@ -156,8 +183,12 @@ class DockerSandbox:
         self.container_id = container.id
         self._finalizer = weakref.finalize(self, _remove_container, client, container.id)
         try:
-            container.start()
+            with daemon_call(f"start container {self.short_id}"):
+                container.start()
             self._open_channel()
+        except docker.errors.APIError as e:
+            self.close()
+            raise SandboxError(f"cannot start container {self.short_id}: {e}") from e
         except BaseException:
             self.close()
             raise
@@ -177,12 +208,9 @@ class DockerSandbox:
                 workdir="/",
             )["Id"]
             self._sock = api.exec_start(exec_id, socket=True)
-        except docker.errors.APIError as e:
+        except DAEMON_UNREACHABLE as e:
             raise SandboxError(f"cannot start the command server in {self.short_id}: {e}") from e
         raw = getattr(self._sock, "_sock", self._sock)
-        raw.setsockopt(
-            pysocket.IPPROTO_TCP, pysocket.TCP_NODELAY, 1
-        ) if raw.family != pysocket.AF_UNIX else None
         reader = _FrameReader(raw)
         self._channel = ShellChannel(
             send=raw.sendall,
@@ -228,7 +256,7 @@ class DockerSandbox:
         tag = self.short_id
         try:
             self._client.api.commit(self.container_id, repository=repository, tag=tag, pause=True)
-        except docker.errors.APIError as e:
+        except DAEMON_UNREACHABLE as e:
             raise SandboxError(f"docker commit of {self.short_id} failed: {e}") from e
         return f"{repository}:{tag}"
 
@@ -250,10 +278,40 @@ class DockerSandbox:
     ) -> ExecResult:
         channel = self._live_channel()
         timeout = self.config.timeout if timeout is None else timeout
+        start = time.monotonic()
         try:
             return channel.execute(command, cwd or self.config.workdir, timeout, env)
         except SandboxError as e:
+            if self._restart_after_server_death():
+                # The agent's own command exhausted processes or memory and took the
+                # server with it: its doing, so a result (files kept), not an infra error.
+                msg = (
+                    "[swerl: the sandbox's command server died during this command (out of processes "
+                    "or memory?); the sandbox was restarted: files are kept, running processes are gone]\n"
+                )
+                return ExecResult(msg.encode(), 137, time.monotonic() - start, killed_by_restart=True)
             raise SandboxError(f"{e}{self._state_hint()}") from e
+
+    def _restart_after_server_death(self) -> bool:
+        """If the container still runs but its server died, restart it (at most 3 times)."""
+        if self._closed or self._restarts >= 3:
+            return False
+        try:
+            # A container killed from outside also drops the channel, and still reads as
+            # running for a moment: only a container that stays up had its server die.
+            for _ in range(10):
+                with daemon_call("inspect a container"):
+                    if not self._client.api.inspect_container(self.container_id)["State"]["Running"]:
+                        return False
+                time.sleep(0.1)
+            log.warning("command server of %s died in a running container; restarting it", self.short_id)
+            with daemon_call("restart a container"):
+                self._client.api.restart(self.container_id, timeout=0)
+            self._restarts += 1
+            self._open_channel()
+        except (InfraError, docker.errors.DockerException):
+            return False
+        return True
 
     def read_file(self, path: str) -> bytes:
         return self._live_channel().read_file(path)
@@ -287,10 +345,12 @@ def reap(
     """
     client = client or connect()
     filters = [f"{OWNER_LABEL}=swerl"]
-    if run_id:
-        filters.append(f"{RUN_LABEL}={run_id}")
+    with daemon_call("list containers to reap"):
+        found = client.api.containers(
+            all=True, filters={"label": [*filters, *([f"{RUN_LABEL}={run_id}"] if run_id else [])]}
+        )
     removed = 0
-    for c in client.api.containers(all=True, filters={"label": filters}):
+    for c in found:
         labels = c.get("Labels") or {}
         if orphans_only and not _creator_dead(labels):
             continue
