@@ -329,7 +329,13 @@ def test_dockerd_restart_during_a_run(ray_session, tasks, docker_client):
     t.start()
     try:
         with RolloutRunner(
-            tasks[:4], SleepyGold(), num_actors=1, envs_per_actor=2, run_id=prefix, retry_delay=2.0, max_retries=4
+            tasks[:4],
+            SleepyGold(),
+            num_actors=1,
+            envs_per_actor=2,
+            run_id=prefix,
+            retry_delay=2.0,
+            max_retries=4,
         ) as r:
             eps = r.run()
     finally:
