@@ -377,9 +377,6 @@ class EnrootSandbox:
         self._channel: ShellChannel | None = None
         self._closed = False
         self._finalizer: weakref.finalize | None = None
-        _KNOWN_OPTIONS[(self.options.binary, str(self.options.root_dir), self.options.data_dir)] = (
-            self.options
-        )
 
     # ------------------------------------------------------------- lifecycle
     def start(self) -> EnrootSandbox:
@@ -390,6 +387,7 @@ class EnrootSandbox:
         opts, cfg = self.options, self.config
         isolate = self._network_isolation()
         dirs = opts.dirs()
+        _KNOWN_OPTIONS[(opts.binary, str(opts.root_dir), opts.data_dir)] = opts
         env = opts.process_env(dirs)
         sqsh = ensure_image(self.image, opts, dirs, env)
         c = self._c = _Container(self.name, opts.binary, env, opts.cli_timeout)
@@ -590,11 +588,10 @@ def reap(run_id: str | None = None, **options: Any) -> int:
         if key in seen:
             continue
         seen.add(key)
-        dirs = opts.dirs()
-        env = opts.process_env(dirs)
         try:
+            env = opts.process_env(opts.dirs())
             listing = run_cli([opts.binary, "list"], env, opts.cli_timeout, "enroot list")
-        except BackendUnavailable:
+        except SandboxError:
             if len(candidates) == 1:
                 raise
             continue

@@ -1,0 +1,153 @@
+"""Ray on Slurm for real: sbatch jobs on the local one-node cluster start Ray and run a rollout.
+
+The rewards a job writes must equal those of the same tasks and policy on local Docker.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+
+import pytest
+import yaml
+from enroot_double import DOUBLE
+
+from swerl.cli import main
+from swerl.cluster.slurm import render_script
+from swerl.config import load_config
+from swerl.env.swe_env import SWEEnv
+from swerl.policies.scripted import GoldPolicy
+from swerl.sandbox.base import OWNER_LABEL, RUN_LABEL
+from swerl.tasks.instance import load_instances, select
+
+TASK_IDS = ["swerl__textkit-1", "swerl__intervals-1", "swerl__tinyconf-1"]
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    if not shutil.which("sbatch"):
+        pytest.skip("Slurm is not installed (python3 -m swerl.bootstrap test sets it up)")
+    subprocess.run(["scontrol", "ping"], check=True, capture_output=True, timeout=30)
+
+
+def write_config(tmp_path, name: str, port: int, backend: dict) -> str:
+    data = {
+        "name": name,
+        "tasks": "swerl-mini",
+        "task_ids": TASK_IDS,
+        "output_dir": str(tmp_path / "out"),
+        "backend": backend,
+        "policy": {"name": "gold"},
+        "rollout": {"num_actors": 1, "envs_per_actor": 3},
+        "slurm": {"nodes": 1, "cpus_per_task": 1, "time": "00:05:00", "ray_port": port, "join_timeout": 60},
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def run_job(path: str, capsys, docker_client, prefix: str) -> tuple[str, dict]:
+    """sbatch through the CLI and wait; whatever happens, cancel the job and reap its sandboxes."""
+    job_id = ""
+    try:
+        rc = main(["cluster", "slurm", "submit", path, "--wait", "--timeout", "120"])
+        job_id = capsys.readouterr().out.split()[0]
+        cfg = load_config(path)
+        log = (cfg.out / f"slurm-{job_id}.out").read_text(errors="replace")
+        assert rc == 0, log[-3000:]
+        episodes = [yaml.safe_load(line) for line in (cfg.out / "episodes.jsonl").read_text().splitlines()]
+        return log, {e["task_id"]: e["reward"] for e in episodes}
+    finally:
+        if job_id:
+            subprocess.run(["scancel", job_id], capture_output=True)
+            leftover = subprocess.run(["pgrep", "-f", f"/tmp/swerl-ray-{job_id}"], capture_output=True)
+            assert leftover.returncode == 1, f"the job's Ray is still running: {leftover.stdout!r}"
+        for c in docker_client.api.containers(all=True, filters={"label": [f"{OWNER_LABEL}=swerl"]}):
+            if c["Labels"].get(RUN_LABEL, "").startswith(prefix):
+                docker_client.api.remove_container(c["Id"], force=True)
+
+
+@pytest.fixture(scope="module")
+def local_docker_rewards(task_images, run_id):
+    """The same tasks with the gold policy on local Docker, without Slurm or Ray."""
+    from swerl.sandbox.base import SandboxConfig
+
+    tasks = select(load_instances("swerl-mini"), TASK_IDS)
+    env = SWEEnv(tasks, sandbox_config=SandboxConfig(run_id=run_id))
+    rewards = {}
+    try:
+        for task in tasks:
+            env.reset(options={"task": task.instance_id})
+            for action in GoldPolicy().script(task, 0):
+                _obs, reward, terminated, truncated, _info = env.step(action)
+                if terminated or truncated:
+                    break
+            rewards[task.instance_id] = reward
+    finally:
+        env.close()
+    assert rewards == dict.fromkeys(TASK_IDS, 1.0)
+    return rewards
+
+
+def test_script_starts_head_then_workers_then_the_rollout(tmp_path):
+    path = write_config(tmp_path, "render", 23000, {"name": "docker"})
+    cfg = load_config(path, ["slurm.nodes=3", "slurm.partition=gpu"])
+    script = render_script(cfg, path, ["slurm.nodes=3"])
+    assert "#SBATCH --nodes=3" in script and "#SBATCH --partition=gpu" in script
+    head = script.index("start --head")
+    workers = script.index('start --address="$addr"')
+    rollout = script.index("-m swerl.cli rollout")
+    assert head < workers < rollout
+    assert "--block" in script and "--port=23001" not in script and "--node-manager-port=23001" in script
+    assert "wait-nodes" in script and 'ray.address="$addr"' in script
+    assert "ray stop" not in script.replace("never `ray stop`", "")
+
+
+def test_sbatch_rollout_on_docker_matches_local_docker(
+    slurm, tmp_path, capsys, docker_client, local_docker_rewards
+):
+    path = write_config(tmp_path, "slurm-docker", 23000, {"name": "docker"})
+    log, rewards = run_job(path, capsys, docker_client, "slurm-docker-")
+    assert "Ray head on" in log and "rollout exited 0" in log
+    assert rewards == local_docker_rewards
+
+
+def test_sbatch_rollout_on_enroot_matches_local_docker(
+    slurm, tmp_path, capsys, docker_client, local_docker_rewards, enroot_double
+):
+    root = tmp_path / "enroot"
+    backend = {"name": "enroot", "options": {"enroot": str(DOUBLE), "root": str(root)}}
+    path = write_config(tmp_path, "slurm-enroot", 25000, backend)
+    _log, rewards = run_job(path, capsys, docker_client, "slurm-enroot-")
+    assert rewards == local_docker_rewards
+    assert not [p for p in (root / "data").iterdir() if not p.name.startswith(".")]  # all removed
+
+
+def test_attach_runs_inside_salloc_and_refuses_outside(slurm, tmp_path, monkeypatch, docker_client):
+    path = write_config(tmp_path, "slurm-attach", 24000, {"name": "docker"})
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert main(["cluster", "slurm", "attach", path]) == 2
+    r = subprocess.run(
+        [
+            *("salloc", "--nodes=1", "--cpus-per-task=1", "--time=5"),
+            *(
+                "python3",
+                "-m",
+                "swerl.cli",
+                "cluster",
+                "slurm",
+                "attach",
+                path,
+                "task_ids=[swerl__textkit-1]",
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    summary = yaml.safe_load((tmp_path / "out" / "summary.json").read_text())
+    assert summary["per_task"] == {"swerl__textkit-1": 1.0} and not math.isnan(summary["mean_reward"])
