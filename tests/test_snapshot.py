@@ -108,6 +108,9 @@ def test_a_snapshot_branches_on_other_actors(tasks, run_id):
     assert eps[0].status == "resolved" and eps[0].reward == 1.0
     assert eps[1].status in ("empty_patch", "unresolved") and eps[1].reward == 0.0
     assert all(e.where["branched_from_step"] == 1 for e in eps)
+    assert eps[0].steps[0].index == snap.step + 1  # steps are numbered on from the branch point
+    report = replay(eps[0], tasks=[task], snapshot=snap, sandbox_config=SandboxConfig(run_id=run_id))
+    assert report.matches and report.compared == len(eps[0].steps)
 
 
 def test_corrupted_and_mismatched_snapshots_are_rejected(env_pair, tasks):

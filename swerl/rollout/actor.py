@@ -55,7 +55,7 @@ class EnvActorImpl:
         self, slot: int, task_id: str, attempt: int, policy: Policy, snapshot: Any = None
     ) -> dict[str, Any]:
         env = self.envs[slot]
-        rec = EpisodeRecorder(task_id, attempt, self._where(slot, snapshot))
+        rec = EpisodeRecorder(task_id, attempt, self._where(slot, snapshot), _first_step(snapshot))
         try:
             obs, _info = env.reset(options=_reset_options(task_id, snapshot))
         except InfraError as e:
@@ -73,7 +73,7 @@ class EnvActorImpl:
     def reset(
         self, slot: int, task_id: str, attempt: int, snapshot: Any = None
     ) -> tuple[str, dict[str, Any]]:
-        rec = EpisodeRecorder(task_id, attempt, self._where(slot, snapshot))
+        rec = EpisodeRecorder(task_id, attempt, self._where(slot, snapshot), _first_step(snapshot))
         with self._lock:
             self._recorders[slot] = rec
         try:
@@ -100,6 +100,10 @@ class EnvActorImpl:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def _first_step(snapshot: Any) -> int:
+    return snapshot.step + 1 if snapshot is not None else 1
 
 
 def _reset_options(task_id: str, snapshot: Any) -> dict[str, Any]:

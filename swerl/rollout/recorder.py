@@ -10,7 +10,9 @@ from swerl.rollout.episode import Episode, Step, reward_of
 
 
 class EpisodeRecorder:
-    def __init__(self, task_id: str, attempt: int, where: dict[str, Any]) -> None:
+    def __init__(self, task_id: str, attempt: int, where: dict[str, Any], first_step: int = 1) -> None:
+        """``first_step``: the number of the first step (a branch from a snapshot at step k starts at k+1)."""
+        self.first_step = first_step
         self.episode = Episode(task_id=task_id, attempt=attempt, where=dict(where))
         self._t0 = time.monotonic()
         self._t = self._t0
@@ -23,7 +25,7 @@ class EpisodeRecorder:
         now = time.monotonic()
         ep = self.episode
         ep.steps.append(
-            Step(len(ep.steps) + 1, decision.action, observation, float(reward) if reward == reward else 0.0,
+            Step(self.first_step + len(ep.steps), decision.action, observation, float(reward) if reward == reward else 0.0,
                  now - self._t, decision.info)
         )  # fmt: skip
         self._t = now
