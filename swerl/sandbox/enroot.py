@@ -588,6 +588,8 @@ def reap(run_id: str | None = None, **options: Any) -> int:
         if key in seen:
             continue
         seen.add(key)
+        if not (opts.data_dir or opts.root_dir.exists()):
+            continue  # never used: nothing to reap, and no directories to create
         try:
             env = opts.process_env(opts.dirs())
             listing = run_cli([opts.binary, "list"], env, opts.cli_timeout, "enroot list")
