@@ -113,18 +113,26 @@ while IFS=' ' read -r op id a b c e; do
         # Wake every 0.25 s while a command runs, to enforce the timeout and the
         # output limit; a quick command returns at once.
         while :; do
-            if read -r -t 0.25 -u 3 rid rc; then
-                [ "$rid" = "$id" ] && break
+            line=
+            if IFS= read -r -t 0.25 -u 3 line; then
+                :
+            elif [ -n "$line" ]; then
+                # the timer fired mid-line: the rest of the (atomically written) line is there
+                IFS= read -r -u 3 rest
+                line+=$rest
+            else
+                if [ "$limit" -gt 0 ] && [ $((${EPOCHREALTIME/./} - t0)) -ge "$limit" ]; then
+                    to=1
+                    break
+                fi
+                if [ "$(stat -c %s -- "$out" 2>/dev/null || echo 0)" -gt "$maxout" ]; then
+                    to=2
+                    break
+                fi
                 continue
             fi
-            if [ "$limit" -gt 0 ] && [ $((${EPOCHREALTIME/./} - t0)) -ge "$limit" ]; then
-                to=1
-                break
-            fi
-            if [ "$(stat -c %s -- "$out" 2>/dev/null || echo 0)" -gt "$maxout" ]; then
-                to=2
-                break
-            fi
+            rid=${line%% *} rc=${line#* }
+            [ "$rid" = "$id" ] && break
         done
         if [ "$to" != 0 ]; then
             kill -KILL -- "-$pid" 2>/dev/null
