@@ -75,9 +75,13 @@ def test_fork_bomb_is_contained(env):
     assert subprocess.run(["true"]).returncode == 0  # the host can still fork
     # The bomb may outlive its command and take the command server down at its next
     # fork: then the sandbox is restarted (files kept) and says so, never an infra error.
-    first = bash_out(env.step(actions.bash("echo alive 1"))[0])
-    assert first.startswith("alive 1") or "the sandbox was restarted" in first
-    assert bash_out(env.step(actions.bash("echo alive 2"))[0]).startswith("alive 2")
+    outs = []
+    for i in range(3):
+        outs.append(bash_out(env.step(actions.bash(f"echo alive {i}"))[0]))
+        if outs[-1].startswith(f"alive {i}"):
+            break
+        assert "the sandbox was restarted" in outs[-1], outs
+    assert outs[-1].startswith("alive"), outs
 
 
 def test_output_flood_is_killed_and_bounded(env):
