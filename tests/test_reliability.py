@@ -297,13 +297,10 @@ def test_interrupted_driver_leaves_parseable_jsonl_and_resume_completes(tasks, t
     assert summary["new_episodes"] == 6 - len(complete)
 
 
-def test_short_soak_loses_nothing(task_images, capsys):
+def test_short_soak_loses_nothing(ray_session, task_images, capsys):
     from swerl.bench.soak import main as soak
 
-    try:
-        assert soak(["--envs", "8", "--seconds", "20", "--mem-tolerance", "0.5"]) == 0
-    finally:
-        ray.shutdown()
+    assert soak(["--envs", "8", "--seconds", "20", "--mem-tolerance", "0.5"]) == 0
     out = capsys.readouterr().out
     assert "soak: PASS" in out and " 0 " in out
 
