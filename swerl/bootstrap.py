@@ -55,18 +55,28 @@ def _installed(package: str) -> bool:
     return out.stdout.strip() == "install ok installed"
 
 
+class BootstrapError(RuntimeError):
+    """A setup step failed; the message says which and where its log is."""
+
+
 def start_dockerd(timeout: float = 90.0) -> None:
+    """Start dockerd detached (double fork) unless one answers, and wait until it does.
+
+    Detached, because a daemon that is our child becomes our zombie when it stops:
+    a long-lived caller that never waits on it (this bootstrap while pytest runs)
+    would hold a dead pid that looks alive to anyone watching /proc.
+    """
     if ok("docker", "info"):
         return
     say("starting dockerd")
-    log = open("/var/log/swerl-dockerd.log", "ab")  # noqa: SIM115 - handed to the daemon
-    subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
+    with open("/var/log/swerl-dockerd.log", "ab") as log:
+        subprocess.run(["setsid", "-f", "dockerd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ok("docker", "info"):
             return
         time.sleep(0.5)
-    sys.exit("[swerl] dockerd did not come up; see /var/log/swerl-dockerd.log")
+    raise BootstrapError("dockerd did not come up; see /var/log/swerl-dockerd.log")
 
 
 def pip_install(extras: str) -> None:
@@ -121,7 +131,7 @@ PartitionName=main Nodes={host} Default=YES MaxTime=INFINITE State=UP
         if out in ("down", "drain", "down*", "drain*"):
             ok("scontrol", "update", f"nodename={host}", "state=resume")
         time.sleep(1)
-    sys.exit("[swerl] Slurm did not become ready; see /var/log/slurmctld.log and /var/log/slurmd.log")
+    raise BootstrapError("Slurm did not become ready; see /var/log/slurmctld.log and /var/log/slurmd.log")
 
 
 def build_images() -> None:
@@ -161,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         "rest", nargs=argparse.REMAINDER, help="passed on to `swerl rollout` (config, overrides) or to pytest"
     )
     args = parser.parse_args(argv)
-    return run(args) if args.what == "run" else test(args)
+    try:
+        return run(args) if args.what == "run" else test(args)
+    except BootstrapError as e:
+        print(f"[swerl] {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -305,12 +306,21 @@ def test_short_soak_loses_nothing(ray_session, task_images, capsys):
     assert "soak: PASS" in out and " 0 " in out
 
 
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie: a daemon whose parent never waits on it stays in /proc as state Z."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
 def test_dockerd_restart_during_a_run(ray_session, tasks, docker_client):
     """dockerd goes away mid-run: in-flight episodes are infra errors, retried once it is back."""
     from swerl.bootstrap import start_dockerd
 
     prefix = "t-rel-dockerd"
-    restarted = []
+    restarted: list[int] = []
 
     def restart():
         deadline = time.monotonic() + 60
@@ -319,9 +329,10 @@ def test_dockerd_restart_during_a_run(ray_session, tasks, docker_client):
                 break
             time.sleep(0.1)
         time.sleep(0.5)
-        pid = int(open("/var/run/docker.pid").read())  # noqa: SIM115
+        pid = int(Path("/var/run/docker.pid").read_text())
         os.kill(pid, signal.SIGTERM)
-        while os.path.exists(f"/proc/{pid}"):
+        deadline = time.monotonic() + 60
+        while not _exited(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         start_dockerd()
         restarted.append(pid)
@@ -340,7 +351,8 @@ def test_dockerd_restart_during_a_run(ray_session, tasks, docker_client):
         ) as r:
             eps = r.run()
     finally:
-        t.join()
+        t.join(timeout=180)
+        start_dockerd()  # whatever happened above, later tests get their daemon back
         from swerl.sandbox.docker import reap
 
         for c in run_containers(docker_client, prefix):
