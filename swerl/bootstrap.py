@@ -70,7 +70,9 @@ def start_dockerd(timeout: float = 90.0) -> None:
         return
     say("starting dockerd")
     with open("/var/log/swerl-dockerd.log", "ab") as log:
-        subprocess.run(["setsid", "-f", "dockerd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True)
+        subprocess.run(
+            ["setsid", "-f", "dockerd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True
+        )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ok("docker", "info"):
