@@ -11,9 +11,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import time
 import uuid
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from swerl.errors import (
     BackendUnavailable,
@@ -25,8 +28,12 @@ from swerl.errors import (
     SwerlError,
 )
 
+if TYPE_CHECKING:
+    from swerl.sandbox.shell import ShellChannel
+
 __all__ = [
     "BackendUnavailable",
+    "ChannelSandbox",
     "CommandFailed",
     "ExecResult",
     "ImageMissing",
@@ -160,3 +167,104 @@ class Sandbox(Protocol):
     def __enter__(self) -> Sandbox: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+class ChannelSandbox:
+    """What every backend shares: one ShellChannel, opened by ``start()``, closed once.
+
+    A backend says how to start its sandbox and open the channel (``start``), what
+    to add to an error (``_state_hint``), and may recover from a dead command server
+    (``_recover``). Commands, files, closing and the context manager live here, so
+    the backends cannot drift apart on them.
+    """
+
+    backend = "abstract"
+
+    def __init__(self, image: str, config: SandboxConfig | None = None) -> None:
+        self.image = image
+        self.config = config or SandboxConfig()
+        self._channel: ShellChannel | None = None
+        self._closed = False
+        self._finalizer: weakref.finalize | None = None
+
+    # ------------------------------------------------------------- lifecycle
+    def start(self) -> ChannelSandbox:
+        raise NotImplementedError
+
+    @property
+    def describe(self) -> str:
+        """How errors name this sandbox."""
+        return f"{self.backend} sandbox ({self.image})"
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise SandboxClosed(f"{self.describe} was closed; make a new one")
+
+    def _own(self, release: Callable[..., object], *args: object) -> None:
+        """Release the sandbox's resources exactly once: on close, or when it is collected."""
+        self._finalizer = weakref.finalize(self, release, *args)
+
+    @property
+    def alive(self) -> bool:
+        return bool(self._channel and not self._channel.broken and not self._closed)
+
+    def close(self) -> None:
+        """Release the sandbox. Idempotent; safe to call from finally blocks."""
+        self._closed = True
+        if self._channel:
+            self._channel.quit()
+        self._close_transport()
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+
+    def _close_transport(self) -> None:
+        """Close what carries the channel (a socket, a websocket), if the backend has one."""
+
+    def __enter__(self) -> ChannelSandbox:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------- commands
+    def _live_channel(self) -> ShellChannel:
+        if self._closed:
+            raise SandboxClosed(f"{self.describe} is closed")
+        if self._channel is None:
+            self.start()
+        assert self._channel is not None
+        return self._channel
+
+    def execute(
+        self,
+        command: str,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        channel = self._live_channel()
+        timeout = self.config.timeout if timeout is None else timeout
+        start = time.monotonic()
+        try:
+            return channel.execute(command, cwd or self.config.workdir, timeout, env)
+        except SandboxError as e:
+            recovered = self._recover(start)
+            if recovered is not None:
+                return recovered
+            raise SandboxError(f"{e}{self._state_hint()}") from e
+
+    def _recover(self, started: float) -> ExecResult | None:
+        """The channel broke during a command begun at ``started`` (monotonic): a result
+        if the backend brought the sandbox back, else None (an infra error)."""
+        return None
+
+    def _state_hint(self) -> str:
+        """What the backend can tell about a sandbox whose channel broke, as ' (...)'."""
+        return ""
+
+    def read_file(self, path: str) -> bytes:
+        return self._live_channel().read_file(path)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self._live_channel().write_file(path, bytes(data), mode)

@@ -14,7 +14,6 @@ import os
 import socket as pysocket
 import struct
 import time
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +27,7 @@ from swerl.sandbox.base import (
     OWNER_LABEL,
     PID_LABEL,
     RUN_LABEL,
+    ChannelSandbox,
     ExecResult,
     SandboxConfig,
 )
@@ -120,7 +120,7 @@ def _remove_container(client: docker.DockerClient, container_id: str) -> None:
         log.warning("cannot remove container %s now (%s); `swerl reap` will", container_id[:12], e)
 
 
-class DockerSandbox:
+class DockerSandbox(ChannelSandbox):
     """A sandbox in a local (or DOCKER_HOST) Docker container."""
 
     backend = "docker"
@@ -132,21 +132,24 @@ class DockerSandbox:
         client: docker.DockerClient | None = None,
         name: str | None = None,
     ) -> None:
-        self.image = image
-        self.config = config or SandboxConfig()
+        super().__init__(image, config)
         self.name = name
         self._client = client
         self.container_id: str | None = None
-        self._channel: ShellChannel | None = None
         self._sock: Any = None
-        self._closed = False
         self._restarts = 0
-        self._finalizer: weakref.finalize | None = None
+
+    @property
+    def describe(self) -> str:
+        return f"docker sandbox {self.short_id} ({self.image})"
+
+    @property
+    def short_id(self) -> str:
+        return (self.container_id or "unstarted")[:12]
 
     # ------------------------------------------------------------- lifecycle
     def start(self) -> DockerSandbox:
-        if self._closed:
-            raise SandboxClosed("this sandbox was closed; make a new one")
+        self._refuse_if_closed()
         if self.container_id:
             return self
         client = self._client = self._client or connect()
@@ -181,7 +184,7 @@ class DockerSandbox:
         except docker.errors.APIError as e:
             raise SandboxError(f"cannot create a container of {self.image!r}: {e}") from e
         self.container_id = container.id
-        self._finalizer = weakref.finalize(self, _remove_container, client, container.id)
+        self._own(_remove_container, client, container.id)
         try:
             with daemon_call(f"start container {self.short_id}"):
                 container.start()
@@ -213,41 +216,15 @@ class DockerSandbox:
         raw = getattr(self._sock, "_sock", self._sock)
         reader = _FrameReader(raw)
         self._channel = ShellChannel(
-            send=raw.sendall,
-            recv=reader.recv,
-            set_timeout=raw.settimeout,
-            describe=f"docker sandbox {self.short_id} ({self.image})",
+            send=raw.sendall, recv=reader.recv, set_timeout=raw.settimeout, describe=self.describe
         )
         self._channel.handshake(self.config.start_timeout)
 
-    @property
-    def short_id(self) -> str:
-        return (self.container_id or "unstarted")[:12]
-
-    @property
-    def alive(self) -> bool:
-        return bool(self._channel and not self._channel.broken and not self._closed)
-
-    def close(self) -> None:
-        """Remove the container. Idempotent; safe to call from finally blocks."""
-        self._closed = True
-        if self._channel:
-            self._channel.quit()
+    def _close_transport(self) -> None:
         if self._sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._sock.close()
-            except OSError:
-                pass
             self._sock = None
-        if self._finalizer is not None:
-            self._finalizer()  # removes the container exactly once
-            self._finalizer = None
-
-    def __enter__(self) -> DockerSandbox:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def commit(self, repository: str = "swerl-snapshot") -> str:
         """Commit the whole container to an image (the opt-in full snapshot); returns its name."""
@@ -260,37 +237,17 @@ class DockerSandbox:
             raise SandboxError(f"docker commit of {self.short_id} failed: {e}") from e
         return f"{repository}:{tag}"
 
-    # -------------------------------------------------------------- commands
-    def _live_channel(self) -> ShellChannel:
-        if self._closed:
-            raise SandboxClosed(f"docker sandbox {self.short_id} is closed")
-        if self._channel is None:
-            self.start()
-        assert self._channel is not None
-        return self._channel
-
-    def execute(
-        self,
-        command: str,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        env: dict[str, str] | None = None,
-    ) -> ExecResult:
-        channel = self._live_channel()
-        timeout = self.config.timeout if timeout is None else timeout
-        start = time.monotonic()
-        try:
-            return channel.execute(command, cwd or self.config.workdir, timeout, env)
-        except SandboxError as e:
-            if self._restart_after_server_death():
-                # The agent's own command exhausted processes or memory and took the
-                # server with it: its doing, so a result (files kept), not an infra error.
-                msg = (
-                    "[swerl: the sandbox's command server died during this command (out of processes "
-                    "or memory?); the sandbox was restarted: files are kept, running processes are gone]\n"
-                )
-                return ExecResult(msg.encode(), 137, time.monotonic() - start, killed_by_restart=True)
-            raise SandboxError(f"{e}{self._state_hint()}") from e
+    # -------------------------------------------------------------- failures
+    def _recover(self, started: float) -> ExecResult | None:
+        if not self._restart_after_server_death():
+            return None
+        # The agent's own command exhausted processes or memory and took the server
+        # with it: its doing, so a result (files kept), not an infra error.
+        msg = (
+            "[swerl: the sandbox's command server died during this command (out of processes "
+            "or memory?); the sandbox was restarted: files are kept, running processes are gone]\n"
+        )
+        return ExecResult(msg.encode(), 137, time.monotonic() - started, killed_by_restart=True)
 
     def _restart_after_server_death(self) -> bool:
         """If the container still runs but its server died, restart it (at most 3 times)."""
@@ -312,12 +269,6 @@ class DockerSandbox:
         except (InfraError, docker.errors.DockerException):
             return False
         return True
-
-    def read_file(self, path: str) -> bytes:
-        return self._live_channel().read_file(path)
-
-    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self._live_channel().write_file(path, bytes(data), mode)
 
     def _state_hint(self) -> str:
         try:

@@ -56,13 +56,12 @@ import signal
 import subprocess
 import time
 import uuid
-import weakref
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxClosed, SandboxError
-from swerl.sandbox.base import ExecResult, SandboxConfig
+from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxError
+from swerl.sandbox.base import ChannelSandbox, SandboxConfig
 from swerl.sandbox.shell import ShellChannel, server_command
 
 log = logging.getLogger(__name__)
@@ -360,7 +359,7 @@ class _Container:
             return ""
 
 
-class EnrootSandbox:
+class EnrootSandbox(ChannelSandbox):
     """A sandbox in an Enroot container on this node (or, with Pyxis, on an allocated node)."""
 
     backend = "enroot"
@@ -368,20 +367,19 @@ class EnrootSandbox:
     def __init__(
         self, image: str, config: SandboxConfig | None = None, name: str | None = None, **options: Any
     ) -> None:
-        self.image = image
-        self.config = config or SandboxConfig()
+        super().__init__(image, config)
         self.options = EnrootOptions.from_kwargs(options)
         rid = safe_run_id(self.config.run_id)
         self.name = name or f"{NAME_PREFIX}{rid}-{os.getpid()}-{next(_counter)}"
         self._c: _Container | None = None
-        self._channel: ShellChannel | None = None
-        self._closed = False
-        self._finalizer: weakref.finalize | None = None
+
+    @property
+    def describe(self) -> str:
+        return f"enroot sandbox {self.name} ({self.image})"
 
     # ------------------------------------------------------------- lifecycle
     def start(self) -> EnrootSandbox:
-        if self._closed:
-            raise SandboxClosed("this sandbox was closed; make a new one")
+        self._refuse_if_closed()
         if self._c is not None:
             return self
         opts, cfg = self.options, self.config
@@ -391,7 +389,7 @@ class EnrootSandbox:
         env = opts.process_env(dirs)
         sqsh = ensure_image(self.image, opts, dirs, env)
         c = self._c = _Container(self.name, opts.binary, env, opts.cli_timeout)
-        self._finalizer = weakref.finalize(self, c.destroy)
+        self._own(c.destroy)
         try:
             if opts.launcher == "enroot":
                 run_cli(
@@ -483,7 +481,7 @@ class EnrootSandbox:
             send=_writer(stdin),
             recv=reader.recv,
             set_timeout=reader.set_timeout,
-            describe=f"enroot sandbox {self.name} ({self.image})",
+            describe=self.describe,
         )
         try:
             self._channel.handshake(self.config.start_timeout)
@@ -495,58 +493,7 @@ class EnrootSandbox:
     @property
     def alive(self) -> bool:
         c = self._c
-        return bool(
-            self._channel
-            and not self._channel.broken
-            and not self._closed
-            and c
-            and c.proc
-            and c.proc.poll() is None
-        )
-
-    def close(self) -> None:
-        """Stop the start process and remove the container. Idempotent."""
-        self._closed = True
-        if self._channel:
-            self._channel.quit()
-        if self._finalizer is not None:
-            self._finalizer()  # stops and removes exactly once
-            self._finalizer = None
-
-    def __enter__(self) -> EnrootSandbox:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -------------------------------------------------------------- commands
-    def _live_channel(self) -> ShellChannel:
-        if self._closed:
-            raise SandboxClosed(f"enroot sandbox {self.name} is closed")
-        if self._channel is None:
-            self.start()
-        assert self._channel is not None
-        return self._channel
-
-    def execute(
-        self,
-        command: str,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        env: dict[str, str] | None = None,
-    ) -> ExecResult:
-        channel = self._live_channel()
-        timeout = self.config.timeout if timeout is None else timeout
-        try:
-            return channel.execute(command, cwd or self.config.workdir, timeout, env)
-        except SandboxError as e:
-            raise SandboxError(f"{e}{self._state_hint()}") from e
-
-    def read_file(self, path: str) -> bytes:
-        return self._live_channel().read_file(path)
-
-    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self._live_channel().write_file(path, bytes(data), mode)
+        return super().alive and bool(c and c.proc and c.proc.poll() is None)
 
     def _state_hint(self) -> str:
         c = self._c

@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
 import uuid
-import weakref
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxClosed, SandboxError
-from swerl.sandbox.base import OWNER_LABEL, RUN_LABEL, ExecResult, SandboxConfig
+from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxError
+from swerl.sandbox.base import OWNER_LABEL, RUN_LABEL, ChannelSandbox, SandboxConfig
 from swerl.sandbox.shell import INIT_SCRIPT, ShellChannel, server_command
 
 if TYPE_CHECKING:
@@ -362,7 +360,7 @@ class _WSStream:
             pass
 
 
-class KubernetesSandbox:
+class KubernetesSandbox(ChannelSandbox):
     """A sandbox in a Kubernetes pod of the task image."""
 
     backend = "kubernetes"
@@ -376,23 +374,21 @@ class KubernetesSandbox:
         name: str | None = None,
         **kube_options: Any,
     ) -> None:
-        self.image = image
-        self.config = config or SandboxConfig()
+        super().__init__(image, config)
         self.kube = kube or KubernetesConfig.from_env(**kube_options)
         self.name = name or f"swerl-{uuid.uuid4().hex[:12]}"
         self._api = api
         self.namespace = self.kube.namespace
         self.pod_created = False
-        self._channel: ShellChannel | None = None
         self._stream: _WSStream | None = None
-        self._closed = False
-        self._lock = threading.Lock()
-        self._finalizer: weakref.finalize | None = None
+
+    @property
+    def describe(self) -> str:
+        return f"kubernetes sandbox {self.namespace}/{self.name} ({self.image})"
 
     # ------------------------------------------------------------- lifecycle
     def start(self) -> KubernetesSandbox:
-        if self._closed:
-            raise SandboxClosed("this sandbox was closed; make a new one")
+        self._refuse_if_closed()
         if self._channel:
             return self
         if self._api is None:
@@ -405,7 +401,7 @@ class KubernetesSandbox:
         except _api_errors() as e:
             raise _api_error(f"create pod {self.name} in {self.namespace}", e) from e
         self.pod_created = True
-        self._finalizer = weakref.finalize(self, _delete_pod, self._api, self.namespace, self.name)
+        self._own(_delete_pod, self._api, self.namespace, self.name)
         try:
             self._wait_running()
             self._open_channel()
@@ -471,60 +467,14 @@ class KubernetesSandbox:
             send=self._stream.send,
             recv=self._stream.recv,
             set_timeout=self._stream.set_timeout,
-            describe=f"kubernetes sandbox {self.namespace}/{self.name} ({self.image})",
+            describe=self.describe,
         )
         self._channel.handshake(self.config.start_timeout)
 
-    @property
-    def alive(self) -> bool:
-        return bool(self._channel and not self._channel.broken and not self._closed)
-
-    def close(self) -> None:
-        """Delete the pod. Idempotent; safe to call from finally blocks."""
-        self._closed = True
-        if self._channel:
-            self._channel.quit()
+    def _close_transport(self) -> None:
         if self._stream is not None:
             self._stream.close()
             self._stream = None
-        if self._finalizer is not None:
-            self._finalizer()  # deletes the pod exactly once
-            self._finalizer = None
-
-    def __enter__(self) -> KubernetesSandbox:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -------------------------------------------------------------- commands
-    def _live_channel(self) -> ShellChannel:
-        if self._closed:
-            raise SandboxClosed(f"kubernetes sandbox {self.name} is closed")
-        if self._channel is None:
-            self.start()
-        assert self._channel is not None
-        return self._channel
-
-    def execute(
-        self,
-        command: str,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        env: dict[str, str] | None = None,
-    ) -> ExecResult:
-        channel = self._live_channel()
-        timeout = self.config.timeout if timeout is None else timeout
-        try:
-            return channel.execute(command, cwd or self.config.workdir, timeout, env)
-        except SandboxError as e:
-            raise SandboxError(f"{e}{self._state_hint()}") from e
-
-    def read_file(self, path: str) -> bytes:
-        return self._live_channel().read_file(path)
-
-    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self._live_channel().write_file(path, bytes(data), mode)
 
     def _state_hint(self) -> str:
         bits = []
