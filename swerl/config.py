@@ -7,13 +7,18 @@ or a missing file is a ConfigError that names the key and the file.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from swerl.env.swe_env import Limits, SWEEnv
 from swerl.errors import ConfigError
+from swerl.sandbox.base import SandboxConfig
 
 CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -22,14 +27,37 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SandboxSection(Section):
-    network: bool = False
-    memory: str = "4g"
-    cpus: float = 2.0
-    pids_limit: int = 1024
-    timeout: float = 120.0
-    output_cap: int = 1 << 20
-    lifetime: float = 6 * 3600.0
+def section_of(
+    name: str, source: type, exclude: tuple[str, ...] = (), **extra: tuple[Any, Any]
+) -> type[Section]:
+    """A config section whose keys, types and defaults are those of the dataclass ``source``.
+
+    So a limit is declared once, where it is used, and a config cannot drift from it.
+    ``extra`` adds keys as pydantic ``create_model`` takes them: ``key=(type, default)``.
+    """
+    hints = get_type_hints(source)
+    keys: dict[str, Any] = {}
+    for f in dataclasses.fields(source):
+        if f.name in exclude:
+            continue
+        default = (
+            f.default if f.default is not dataclasses.MISSING else Field(default_factory=f.default_factory)
+        )
+        keys[f.name] = (hints[f.name], default)
+    return create_model(name, __base__=Section, __doc__=source.__doc__, **keys, **extra)
+
+
+def parameters_of(func: Callable[..., Any], *names: str) -> dict[str, tuple[Any, Any]]:
+    """``name=(type, default)`` for some keyword parameters of ``func``, as ``section_of`` takes them."""
+    hints, params = get_type_hints(func), inspect.signature(func).parameters
+    return {n: (hints[n], params[n].default) for n in names}
+
+
+# The sandbox's run id is the runner's to set, and its workdir the env's (the repo).
+SandboxSection = section_of("SandboxSection", SandboxConfig, exclude=("run_id", "workdir"))
+EnvSection = section_of(
+    "EnvSection", Limits, **parameters_of(SWEEnv.__init__, "pool_size", "grade_retries", "grade_timeout")
+)
 
 
 class BackendSection(Section):
@@ -37,19 +65,6 @@ class BackendSection(Section):
     sandbox: SandboxSection = Field(default_factory=SandboxSection)
     options: dict[str, Any] = Field(default_factory=dict)
     """Backend-specific settings (enroot cache dir, kubernetes namespace, ...)."""
-
-
-class EnvSection(Section):
-    max_steps: int = 50
-    max_seconds: float = 1800.0
-    max_repeats: int = 3
-    max_no_action: int = 5
-    command_timeout: float = 60.0
-    observation_chars: int = 10_000
-    grade_on_truncate: bool = True
-    pool_size: int = 0
-    grade_retries: int = 2
-    grade_timeout: float = 1800.0
 
 
 class PolicySection(Section):

@@ -25,15 +25,10 @@ from swerl.tasks.instance import load_instances, select
 def build_runner(cfg: RolloutConfig) -> RolloutRunner:
     tasks = select(load_instances(cfg.tasks), cfg.task_ids) if cfg.task_ids else load_instances(cfg.tasks)
     policy = make_policy(cfg.policy.name, tasks, cfg.policy.placement, **cfg.policy.options)
-    sandbox = SandboxConfig(**cfg.backend.sandbox.model_dump())
-    env = cfg.env.model_dump()
     env_kwargs: dict[str, Any] = {
-        "sandbox_config": sandbox,
-        "pool_size": env.pop("pool_size"),
-        "grade_retries": env.pop("grade_retries"),
-        "grade_timeout": env.pop("grade_timeout"),
+        "sandbox_config": SandboxConfig(**cfg.backend.sandbox.model_dump()),
         "backend_options": cfg.backend.options,
-        **env,
+        **cfg.env.model_dump(),  # the env's limits and its pool/grading keywords
     }
     r = cfg.rollout
     return RolloutRunner(
@@ -76,7 +71,7 @@ def summarize(episodes: list[Episode], wall: float) -> dict[str, Any]:
 def run_config(cfg: RolloutConfig, progress: Callable[[str], None] = print) -> dict[str, Any]:
     out = cfg.out
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     runner = build_runner(cfg)
     total = len(runner.tasks) * runner.attempts
     t0 = time.monotonic()
