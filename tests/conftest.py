@@ -41,12 +41,42 @@ def sandbox_config(run_id) -> SandboxConfig:
 
 
 @pytest.fixture(scope="session")
-def task_images(base_image, docker_client) -> list[str]:
-    """The bundled suite's task images (cached by recipe, so usually instant)."""
-    from swerl.tasks.images import build_task_images
+def suite():
+    """The bundled swerl-mini suite's instances (images not built)."""
     from swerl.tasks.instance import load_instances
 
-    return build_task_images(load_instances("swerl-mini"), client=docker_client)
+    return load_instances("swerl-mini")
+
+
+@pytest.fixture(scope="session")
+def task_images(suite, base_image, docker_client) -> dict[str, str]:
+    """The bundled suite's task images by instance id (cached by recipe, so usually instant)."""
+    from swerl.tasks.images import build_task_images
+
+    return build_task_images(suite, client=docker_client)
+
+
+@pytest.fixture(scope="session")
+def tasks(suite, task_images):
+    """The bundled suite, its images built."""
+    return suite
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """A real local Ray per test module. Workers import the policies the tests define
+    (tests/ on their path) and see a driver-side secret that must never reach a sandbox."""
+    import ray
+
+    tests_dir = os.path.dirname(__file__)
+    path = os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))
+    ray.init(
+        num_cpus=8,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path, "OPENAI_API_KEY": "sk-driver-secret"}},
+    )
+    yield
+    ray.shutdown()
 
 
 @pytest.fixture(scope="session")

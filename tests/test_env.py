@@ -14,14 +14,8 @@ import swerl  # noqa: F401 - registers swerl/SWE-v0
 from swerl.env import SWEEnv, actions
 from swerl.policies.patch_actions import patch_to_actions
 from swerl.sandbox.base import SandboxConfig
-from swerl.tasks.instance import load_instances
 
 SUITE = "swerl-mini"
-
-
-@pytest.fixture(scope="module")
-def tasks(task_images):
-    return load_instances(SUITE)
 
 
 @pytest.fixture

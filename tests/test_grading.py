@@ -15,26 +15,15 @@ from swebench.harness.log_parsers import PARSER_REGISTRY
 from swerl.grading import GradeStatus, docker_factory, grade, grade_many, judge
 from swerl.sandbox.base import OWNER_LABEL, RUN_LABEL, SandboxConfig
 from swerl.sandbox.docker import DockerSandbox
-from swerl.tasks.images import build_task_images
-from swerl.tasks.instance import Instance, load_instances, select
+from swerl.tasks.instance import Instance, select
 from swerl.tasks.validate import count_mismatches, validate_suite
 
 SUITE = Path(__file__).resolve().parents[1] / "envs" / "swerl-mini"
 WRONG = [json.loads(line) for line in (SUITE / "wrong_patches.jsonl").read_text().splitlines()]
 
 
-@pytest.fixture(scope="session")
-def suite() -> list[Instance]:
-    return load_instances("swerl-mini")
-
-
-@pytest.fixture(scope="session")
-def suite_images(suite, docker_client) -> dict[str, str]:
-    return build_task_images(suite, client=docker_client)
-
-
 @pytest.fixture(scope="module")
-def factory(run_id, suite_images, docker_client):
+def factory(run_id, task_images, docker_client):
     """Sandboxes labelled with this session's run id; the module checks none outlive it."""
     yield docker_factory(timeout=60, run_id=run_id)
     left = docker_client.api.containers(

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 
 from swerl.env import SWEEnv, actions
 from swerl.grading import grade
@@ -26,12 +25,6 @@ from swerl.policies.scripted import GoldPolicy, ScriptedPolicy
 from swerl.rollout import JsonlSink, RolloutRunner
 from swerl.sandbox.base import RUN_LABEL, SandboxConfig
 from swerl.sandbox.docker import DockerSandbox
-from swerl.tasks.instance import load_instances
-
-
-@pytest.fixture(scope="module")
-def tasks(task_images):
-    return load_instances("swerl-mini")
 
 
 @pytest.fixture
@@ -43,18 +36,6 @@ def env(tasks, run_id):
     e.reset(options={"task": tasks[0].instance_id})
     yield e
     e.close()
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    tests_dir = os.path.dirname(__file__)
-    ray.init(
-        num_cpus=8,
-        include_dashboard=False,
-        runtime_env={"env_vars": {"PYTHONPATH": tests_dir, "OPENAI_API_KEY": "sk-driver-secret"}},
-    )
-    yield
-    ray.shutdown()
 
 
 def run_containers(docker_client, prefix: str) -> list:

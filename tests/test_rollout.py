@@ -15,29 +15,6 @@ from swerl.policies.scripted import GoldPolicy, NoOpPolicy, ReplayPolicy
 from swerl.rollout import JsonlSink, RolloutRunner
 from swerl.rollout.trainer import train_toy
 from swerl.sandbox.base import RUN_LABEL, SandboxConfig
-from swerl.tasks.instance import load_instances
-
-
-@pytest.fixture(scope="module")
-def tasks(task_images):
-    return load_instances("swerl-mini")
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    """A real local Ray; workers can import the policies defined in this test module."""
-    tests_dir = os.path.dirname(__file__)
-    ray.init(
-        num_cpus=8,
-        include_dashboard=False,
-        runtime_env={
-            "env_vars": {
-                "PYTHONPATH": os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))
-            }
-        },
-    )
-    yield
-    ray.shutdown()
 
 
 def containers_of(docker_client, run_id: str) -> list:

@@ -15,14 +15,8 @@ from swerl.rollout.branch import branch
 from swerl.rollout.episode import Episode, Step
 from swerl.rollout.replay import replay
 from swerl.sandbox.base import SandboxConfig
-from swerl.tasks.instance import load_instances
 
 PROBE = actions.bash("git status --porcelain; git diff; git diff --cached; ls -R")
-
-
-@pytest.fixture(scope="module")
-def tasks(task_images):
-    return load_instances("swerl-mini")
 
 
 @pytest.fixture

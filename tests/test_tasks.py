@@ -78,16 +78,6 @@ DJANGO = {
 }
 
 
-@pytest.fixture(scope="session")
-def suite() -> list[Instance]:
-    return load_instances("swerl-mini")
-
-
-@pytest.fixture(scope="session")
-def suite_images(suite, docker_client) -> dict[str, str]:
-    return build_task_images(suite, client=docker_client)
-
-
 # ------------------------------------------------------------------ records
 @pytest.mark.parametrize("record", [ASTROPY, DJANGO], ids=["astropy", "django"])
 def test_test_spec_is_exactly_swebench(record):
@@ -222,13 +212,13 @@ def test_generator_is_reproducible(tmp_path):
 
 
 # ------------------------------------------------------------------ images
-def test_task_images_cached_and_shaped(suite, suite_images, docker_client):
-    assert set(suite_images) == {i.instance_id for i in suite}
+def test_task_images_cached_and_shaped(suite, task_images, docker_client):
+    assert set(task_images) == {i.instance_id for i in suite}
     t = time.monotonic()
-    assert build_task_images(suite, client=docker_client) == suite_images
+    assert build_task_images(suite, client=docker_client) == task_images
     assert time.monotonic() - t < 5, "a rerun with the same recipes must not rebuild"
     inst = select(suite, ["swerl__textkit-1"])[0]
-    img = docker_client.images.get(suite_images[inst.instance_id])
+    img = docker_client.images.get(task_images[inst.instance_id])
     assert img.attrs["Config"]["Cmd"] == ["bash"]
     out = docker_client.containers.run(
         img.id,
