@@ -108,10 +108,12 @@ while IFS=' ' read -r op id a b c e; do
             printf '%s %s\n' "$id" "$?" >&3
         ) &
         pid=$! to=0 rc= t0=${EPOCHREALTIME/./}
-        limit=0
+        limit=0 ticks=0
         [ "$a" != 0 ] && limit=$((${a%.*} * 1000000 + 10#${a#*.} * 1000))
-        # Wake every 0.25 s while a command runs, to enforce the timeout and the
-        # output limit; a quick command returns at once.
+        # Wake every 0.25 s while a command runs, to enforce the timeout (no fork)
+        # and the output limit (a stat fork: each tick for the first second, then
+        # once a second; ulimit -f bounds the output file meanwhile). A quick
+        # command returns at once.
         while :; do
             line=
             if IFS= read -r -t 0.25 -u 3 line; then
@@ -125,7 +127,8 @@ while IFS=' ' read -r op id a b c e; do
                     to=1
                     break
                 fi
-                if [ "$(stat -c %s -- "$out" 2>/dev/null || echo 0)" -gt "$maxout" ]; then
+                if (((ticks += 1) < 4 || ticks % 4 == 0)) &&
+                    [ "$(stat -c %s -- "$out" 2>/dev/null || echo 0)" -gt "$maxout" ]; then
                     to=2
                     break
                 fi
