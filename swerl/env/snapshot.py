@@ -118,33 +118,36 @@ class EnvSnapshot:
     from_bytes = from_json
 
 
-def _run(sb: Sandbox, command: str, repo: str, what: str) -> bytes:
-    r = sb.execute(command, cwd=repo, timeout=300)
-    if r.returncode != 0 or r.truncated:
-        raise InfraError(f"snapshot: cannot {what}: {r.output[-1000:]}")
-    return r.raw
-
-
 SNAP_DIR = "/tmp/.swerl-snapshot"
 
 
 def capture_workspace(sb: Sandbox, repo: str, base_commit: str) -> Workspace:
-    """Read the workspace's difference from base_commit without changing it."""
+    """Read the workspace's difference from base_commit without changing it.
+
+    One command: the three git reads run side by side, and the tree tar comes back
+    as the command's output (read as a file only when it is larger than the output cap).
+    """
     base, d = shlex.quote(base_commit), SNAP_DIR
-    present = _run(
-        sb,
-        f"mkdir -p {d} && git diff --cached --binary --no-color {base} > {d}/index && "
-        f"git ls-files -z --deleted > {d}/deleted && "
+    r = sb.execute(
+        f"mkdir -p {d} || exit 1; "
+        f"git diff --cached --binary --no-color {base} > {d}/index 2> {d}/index.err & i=$!; "
+        f"git ls-files -z --deleted > {d}/deleted 2> {d}/deleted.err & x=$!; "
         f"git ls-files -z --modified --others --exclude-standard | "
         f"tar -cf {d}/tree.tar --null --no-recursion --ignore-failed-read -T - 2>/dev/null; "
-        f"for f in index deleted; do [ -s {d}/$f ] && printf 1 || printf 0; done",
-        repo,
-        "read the workspace",
-    ).decode()[-2:]
+        f"wait $i && wait $x || {{ cat {d}/index.err {d}/deleted.err; exit 1; }}; "
+        f"for f in index deleted; do [ -s {d}/$f ] && printf 1 || printf 0; done; cat {d}/tree.tar",
+        cwd=repo,
+        timeout=300,
+    )
+    if r.returncode != 0:
+        raise InfraError(f"snapshot: cannot read the workspace: {r.output[-1000:]}")
+    if r.truncated:  # a large tree (or a tiny output cap): read the parts as files
+        return Workspace(*(sb.read_file(f"{d}/{f}") for f in ("index", "tree.tar", "deleted")))
+    staged, deleted = r.raw[0:1] == b"1", r.raw[1:2] == b"1"
     return Workspace(
-        index_diff=sb.read_file(f"{d}/index") if present[0] == "1" else b"",
-        tree_tar=sb.read_file(f"{d}/tree.tar"),
-        deleted=sb.read_file(f"{d}/deleted") if present[1] == "1" else b"",
+        index_diff=sb.read_file(f"{d}/index") if staged else b"",
+        tree_tar=r.raw[2:],
+        deleted=sb.read_file(f"{d}/deleted") if deleted else b"",
     )
 
 
