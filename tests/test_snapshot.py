@@ -84,6 +84,29 @@ def test_binary_deletions_renames_modes_untracked_and_staged_survive(env_pair, t
     assert "blob.bin" in actual and "renamed" in actual and "staged.txt" in actual and "755" in actual
 
 
+def test_a_tree_larger_than_the_output_cap_is_read_as_a_file(tasks, run_id):
+    """The tar normally rides on the capture command's output; past the cap it must not be cut."""
+    task, blob = tasks[0], bytes(range(256)) * 200  # 51 KB, NUL bytes included
+    with (
+        SWEEnv([task], sandbox_config=SandboxConfig(run_id=run_id, output_cap=4096)) as a,
+        SWEEnv([task], sandbox_config=SandboxConfig(run_id=run_id)) as b,
+    ):
+        a.reset(options={"task": task.instance_id})
+        a.sandbox.write_file("/testbed/blob.bin", blob)
+        staged_and_deleted = (
+            "echo staged > staged.txt && git add staged.txt && "
+            "git rm -q $(git ls-files | sed -n 1p) && rm $(git ls-files | sed -n 2p)"
+        )
+        a.step(actions.bash(staged_and_deleted))
+        snap = a.snapshot()
+        ws = snap.workspace
+        assert len(ws.tree_tar) > len(blob) and ws.index_diff and ws.deleted
+        b.restore(snap)
+        probe = "git status --porcelain; sha256sum blob.bin staged.txt"
+        assert b.sandbox.execute(probe).output == a.sandbox.execute(probe).output
+        assert b.sandbox.read_file("/testbed/blob.bin") == blob
+
+
 def test_a_snapshot_branches_on_other_actors(tasks, run_id):
     task = tasks[0]
     gold = patch_to_actions(task.patch)

@@ -125,9 +125,12 @@ def capture_workspace(sb: Sandbox, repo: str, base_commit: str) -> Workspace:
     """Read the workspace's difference from base_commit without changing it.
 
     One command: the three git reads run side by side, and the tree tar comes back
-    as the command's output (read as a file only when it is larger than the output cap).
+    as the command's output. Only the first ``output_cap`` bytes of it are sent: a
+    larger tar is read as a file instead (a whole one would be sent twice, and past
+    ``max_output`` killed as an output flood).
     """
     base, d = shlex.quote(base_commit), SNAP_DIR
+    cap = max(int(sb.config.output_cap), 0)
     r = sb.execute(
         f"mkdir -p {d} || exit 1; "
         f"git diff --cached --binary --no-color {base} > {d}/index 2> {d}/index.err & i=$!; "
@@ -135,13 +138,13 @@ def capture_workspace(sb: Sandbox, repo: str, base_commit: str) -> Workspace:
         f"git ls-files -z --modified --others --exclude-standard | "
         f"tar -cf {d}/tree.tar --null --no-recursion --ignore-failed-read -T - 2>/dev/null; "
         f"wait $i && wait $x || {{ cat {d}/index.err {d}/deleted.err; exit 1; }}; "
-        f"for f in index deleted; do [ -s {d}/$f ] && printf 1 || printf 0; done; cat {d}/tree.tar",
+        f"for f in index deleted; do [ -s {d}/$f ] && printf 1 || printf 0; done; head -c {cap} {d}/tree.tar",
         cwd=repo,
         timeout=300,
     )
     if r.returncode != 0:
         raise InfraError(f"snapshot: cannot read the workspace: {r.output[-1000:]}")
-    if r.truncated:  # a large tree (or a tiny output cap): read the parts as files
+    if r.truncated:  # a tar as large as the output cap: read the parts as files
         return Workspace(*(sb.read_file(f"{d}/{f}") for f in ("index", "tree.tar", "deleted")))
     staged, deleted = r.raw[0:1] == b"1", r.raw[1:2] == b"1"
     return Workspace(
