@@ -214,6 +214,8 @@ class DockerSandbox(ChannelSandbox):
         except DAEMON_UNREACHABLE as e:
             raise SandboxError(f"cannot start the command server in {self.short_id}: {e}") from e
         raw = getattr(self._sock, "_sock", self._sock)
+        if raw.family in (pysocket.AF_INET, pysocket.AF_INET6):  # DOCKER_HOST=tcp://: no Nagle delay
+            raw.setsockopt(pysocket.IPPROTO_TCP, pysocket.TCP_NODELAY, 1)
         reader = _FrameReader(raw)
         self._channel = ShellChannel(
             send=raw.sendall, recv=reader.recv, set_timeout=raw.settimeout, describe=self.describe
