@@ -147,7 +147,7 @@ def cmd_sandbox_shell(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ replay
 def cmd_replay(args: argparse.Namespace) -> int:
     from swerl.env.swe_env import SWEEnv
-    from swerl.rollout.episode import JsonlSink
+    from swerl.episode import JsonlSink
     from swerl.rollout.replay import replay
 
     path = Path(args.episodes)

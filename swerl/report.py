@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from swerl.episode import Episode, JsonlSink
 from swerl.errors import ConfigError
-from swerl.rollout.episode import Episode, JsonlSink
 
 PHASES = ("reset", "steps", "grade")
 PHASE_LABELS = {"reset": "sandbox start (reset)", "steps": "agent steps", "grade": "grading"}

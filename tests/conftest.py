@@ -93,3 +93,12 @@ def enroot_double(tmp_path_factory, run_id):
     from enroot_double import use_double
 
     yield from use_double(tmp_path_factory.mktemp("enroot"), run_id)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The locally built tiny chat model (tokenizer + 2-layer Qwen2), saved once per session."""
+    pytest.importorskip("transformers")
+    from swerl.integrations.tiny_model import tiny_model
+
+    return tiny_model(tmp_path_factory.mktemp("tiny") / "model")

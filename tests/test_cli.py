@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from swerl.cli import main
-from swerl.rollout.episode import JsonlSink
+from swerl.episode import JsonlSink
 from swerl.tasks.instance import load_instances
 
 SUITE = {i.instance_id: i for i in load_instances("swerl-mini")}

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from swerl.env import SWEEnv, actions
+from swerl.episode import JsonlSink
 from swerl.grading import grade
 from swerl.policies.scripted import GoldPolicy, ScriptedPolicy
-from swerl.rollout import JsonlSink, RolloutRunner
+from swerl.rollout import RolloutRunner
 from swerl.sandbox.base import RUN_LABEL, SandboxConfig
 from swerl.sandbox.docker import DockerSandbox
 

@@ -10,9 +10,10 @@ import time
 import pytest
 import ray
 
+from swerl.episode import JsonlSink
 from swerl.policies.base import Decision
 from swerl.policies.scripted import GoldPolicy, NoOpPolicy, ReplayPolicy
-from swerl.rollout import JsonlSink, RolloutRunner
+from swerl.rollout import RolloutRunner
 from swerl.rollout.trainer import train_toy
 from swerl.sandbox.base import RUN_LABEL, SandboxConfig
 
@@ -103,7 +104,7 @@ def test_resume_skips_completed_episodes(ray_session, tasks, tmp_path):
 
 
 def test_sink_survives_a_partial_last_line(tmp_path, tasks):
-    from swerl.rollout.episode import Episode
+    from swerl.episode import Episode
 
     path = tmp_path / "e.jsonl"
     with JsonlSink(path) as s:

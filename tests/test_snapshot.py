@@ -10,9 +10,9 @@ import ray
 
 from swerl.env import SWEEnv, actions
 from swerl.env.snapshot import EnvSnapshot, SnapshotError
+from swerl.episode import Episode, Step
 from swerl.policies.patch_actions import patch_to_actions
 from swerl.rollout.branch import branch
-from swerl.rollout.episode import Episode, Step
 from swerl.rollout.replay import replay
 from swerl.sandbox.base import SandboxConfig
 

@@ -20,8 +20,8 @@ def make_policy(name: str, tasks: list[Instance], placement: str | None = None, 
 
             return NoOpPolicy(placement or "actor", **options)
         if name == "replay":
+            from swerl.episode import JsonlSink
             from swerl.policies.scripted import ReplayPolicy
-            from swerl.rollout.episode import JsonlSink
 
             if "episodes" not in options:
                 raise ConfigError("policy replay needs options.episodes: a JSONL file of episodes")

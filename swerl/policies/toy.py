@@ -17,9 +17,9 @@ from typing import ClassVar
 import numpy as np
 
 from swerl.env import actions
+from swerl.episode import Episode
 from swerl.policies.base import Decision
 from swerl.policies.patch_actions import patch_to_actions
-from swerl.rollout.episode import Episode
 from swerl.tasks.instance import SUITES_DIR, Instance
 
 

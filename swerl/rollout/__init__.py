@@ -1,7 +1,7 @@
 """Parallel rollouts on Ray: EnvActor hosts envs, RolloutRunner streams Episodes."""
 
+from swerl.episode import Episode, JsonlSink, Step
 from swerl.rollout.actor import EnvActor
-from swerl.rollout.episode import Episode, JsonlSink, Step
 from swerl.rollout.runner import RolloutRunner, ensure_ray
 
 __all__ = ["EnvActor", "Episode", "JsonlSink", "RolloutRunner", "Step", "ensure_ray"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from swerl.env.snapshot import EnvSnapshot
+from swerl.episode import Episode
 from swerl.policies.scripted import ScriptedPolicy
-from swerl.rollout.episode import Episode
 from swerl.rollout.runner import RolloutRunner
 from swerl.tasks.instance import Instance
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from swerl.episode import Episode, Step, reward_of
 from swerl.policies.base import Decision
-from swerl.rollout.episode import Episode, Step, reward_of
 
 
 class EpisodeRecorder:
@@ -42,6 +42,8 @@ class EpisodeRecorder:
         ep.timings["grade"] = float(timings.get("total", 0.0))
         ep.timings["steps"] = sum(s.duration for s in ep.steps) - ep.timings["grade"]
         ep.timings["total"] = time.monotonic() - self._t0
+        versions = [v for s in ep.steps if (v := s.policy.get("policy_version")) is not None]
+        ep.policy_version = min(versions) if versions else None
         if ep.status == "infra_error":
             ep.reward = None
         return ep

@@ -7,7 +7,7 @@ from typing import Any
 
 from swerl.env.snapshot import EnvSnapshot
 from swerl.env.swe_env import SWEEnv
-from swerl.rollout.episode import Episode
+from swerl.episode import Episode
 from swerl.tasks.instance import Instance
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from swerl.config import RolloutConfig
+from swerl.episode import Episode, JsonlSink
 from swerl.policies.registry import make_policy
-from swerl.rollout.episode import Episode, JsonlSink
 from swerl.rollout.runner import RolloutRunner
 from swerl.sandbox.base import SandboxConfig
 from swerl.tasks.instance import load_instances, select

@@ -24,10 +24,10 @@ from typing import Any
 import ray
 import ray.exceptions
 
+from swerl.episode import Episode, JsonlSink
 from swerl.errors import ConfigError, InfraError
 from swerl.policies.base import Decision, Policy, act_batch
 from swerl.rollout.actor import EnvActor
-from swerl.rollout.episode import Episode, JsonlSink
 from swerl.sandbox import reap
 from swerl.sandbox.base import default_run_id
 from swerl.tasks.instance import Instance, load_instances

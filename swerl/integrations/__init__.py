@@ -1,0 +1,1 @@
+"""Adapters from swerl episodes to trainers (TRL, SkyRL, verl); each imports its trainer lazily."""

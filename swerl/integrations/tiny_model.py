@@ -1,0 +1,105 @@
+"""A tiny, randomly initialised chat model built locally, for tests, notebooks and benchmarks.
+
+No model hub is needed: a byte-level BPE tokenizer is trained with ``tokenizers``
+on the bundled tasks' text, wrapped in ``PreTrainedTokenizerFast`` with a
+ChatML-style chat template (tools and tool messages included), and paired with
+a two-layer ``Qwen2ForCausalLM``. ``tiny_model()`` saves both once and returns
+the directory, which ``from_pretrained`` and ``transformers serve`` both load.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from swerl.env.actions import FORMAT_HELP
+from swerl.tasks.instance import load_instances
+
+CHAT_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n# Tools\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
+    "<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] or '' }}"
+    "{% for c in m.get('tool_calls') or [] %}<tool_call>{{ c['function'] | tojson }}</tool_call>{% endfor %}"
+    "<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+VERSION = "1"
+
+
+def default_dir() -> Path:
+    """Where the model is cached: ``$SWERL_TINY_MODEL``, else ``~/.cache/swerl/tiny-model-v1``."""
+    env = os.environ.get("SWERL_TINY_MODEL")
+    return Path(env) if env else Path.home() / ".cache" / "swerl" / f"tiny-model-v{VERSION}"
+
+
+def _corpus() -> list[str]:
+    texts = [FORMAT_HELP]
+    for t in load_instances("swerl-mini"):
+        texts += [t.problem_statement, t.patch, t.test_patch]
+    return texts
+
+
+def build_tokenizer(vocab_size: int = 512):
+    """A byte-level BPE tokenizer with ChatML special tokens and the chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def build_model(tokenizer, seed: int = 0):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def tiny_model(path: str | os.PathLike | None = None, seed: int = 0) -> Path:
+    """Build (once) and save the tiny model and its tokenizer; return the directory."""
+    out = Path(path) if path else default_dir()
+    if (out / "config.json").exists() and (out / "tokenizer.json").exists():
+        return out
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    tokenizer = build_tokenizer()
+    tokenizer.save_pretrained(tmp)
+    build_model(tokenizer, seed).save_pretrained(tmp)
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process saved it first
+        pass
+    return out

@@ -1,0 +1,118 @@
+"""Token-level trajectories: ChatTokens deltas, Episode.to_tokens, and the JSONL round trip.
+
+A real tokenizer (the locally built tiny model's) and a real model sampling the
+completions; no server, no Docker.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from swerl.chat_tokens import ChatTokens  # noqa: E402
+from swerl.episode import Episode, JsonlSink, Sampled, Step  # noqa: E402
+from swerl.errors import ConfigError  # noqa: E402
+
+SYSTEM = {"role": "system", "content": "You fix bugs."}
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+
+
+def sample(model, ids: list[int], n: int) -> list[int]:
+    out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=True, top_k=0)
+    return out[0, len(ids) :].tolist()
+
+
+def play(tok, model, observations: list[str], role: str = "tool") -> tuple[Episode, list[list[int]]]:
+    """Sample a multi-turn episode the way a model policy records it; also return each turn's prompt."""
+    chat = ChatTokens(tok, [SYSTEM, {"role": "user", "content": observations[0]}])
+    steps, prompts, start, delta = [], [], 0, list(chat.ids)
+    for k, obs in enumerate([*observations[1:], "done"]):
+        prompts.append(list(chat.ids))
+        ids = sample(model, chat.ids, 6 + 3 * k)
+        chat.add_completion(ids)
+        info = Sampled(ids, delta, start, [-0.5] * len(ids), "length", policy_version=k // 2)
+        if k == 0:
+            info.prompt_messages = [SYSTEM, {"role": "user", "content": observations[0]}]
+            info.observation_role = role
+        steps.append(Step(k + 1, tok.decode(ids, skip_special_tokens=True), obs, policy=info.to_info()))
+        start = len(chat.ids)
+        delta = chat.add_messages([{"role": role, "content": obs}])
+    return Episode("t", 0, steps, status="resolved", reward=1.0), prompts
+
+
+def test_chat_tokens_keep_every_prompt_a_prefix_of_the_next(tok, model):
+    chat = ChatTokens(tok, [SYSTEM, {"role": "user", "content": "fix it"}])
+    seen, sampled = [], 0
+    for obs in ["out 1", "out 2"]:
+        seen.append(list(chat.ids))
+        completion = sample(model, chat.ids, 5)
+        chat.add_completion(completion)
+        sampled += len(completion)
+        delta = chat.add_messages([{"role": "user", "content": obs}])
+        assert seen[-1] + completion + delta == chat.ids
+        assert tok.decode(delta).endswith("<|im_start|>assistant\n")
+        assert obs in tok.decode(delta)
+    # a reply that ended with the end-of-turn token is not closed twice
+    closed = [*tok.encode("hi", add_special_tokens=False), tok.eos_token_id]
+    assert chat.closing(closed) == tok.encode("\n", add_special_tokens=False)
+    assert chat.closing(tok.encode("hi", add_special_tokens=False))[0] == tok.eos_token_id
+    assert sum(chat.response_mask) == sampled and chat.ids[: chat.prompt_len] == seen[0]
+
+
+def test_to_tokens_lays_out_what_the_model_saw(tok, model):
+    ep, prompts = play(tok, model, ["fix the bug", "file a.py", "tests fail", "tests pass"])
+    t = ep.to_tokens()
+    assert t.exact and t.reward == 1.0
+    assert len(t.loss_mask) == len(t.response_ids) == len(t.logprobs)
+    assert t.prompt_ids == prompts[0]
+    for k, prompt in enumerate(prompts):
+        assert t.turn_prompt(k) == prompt  # the prefix the model saw is the concatenation so far
+    for (a, b), step in zip(t.turns, ep.steps, strict=True):
+        assert t.response_ids[a:b] == step.policy["completion_ids"]
+        assert set(t.loss_mask[a:b]) == {1} and set(t.logprobs[a:b]) == {-0.5}
+    assert t.policy_versions == [0, 0, 1, 1]
+    text = tok.decode(t.prompt_ids + t.response_ids)
+    for obs in ["fix the bug", "file a.py", "tests fail", "tests pass"]:
+        assert obs in text
+    observed = [i for i, m in zip(t.response_ids, t.loss_mask, strict=True) if m == 0]
+    assert "tests fail" in tok.decode(observed) and "fix the bug" not in tok.decode(observed)
+
+
+def test_json_round_trip_and_fallback_retokenizes(tok, model, tmp_path):
+    ep, _ = play(tok, model, ["fix the bug", "out"], role="user")
+    with JsonlSink(tmp_path / "e.jsonl") as sink:
+        sink.write(ep)
+    (back,) = JsonlSink.read(tmp_path / "e.jsonl")
+    assert back.to_tokens() == ep.to_tokens()
+    # a server that returned no ids: only text was recorded
+    for s in back.steps:
+        for key in ("prompt_ids", "completion_ids", "logprobs"):
+            s.policy.pop(key)
+    with pytest.raises(ConfigError, match="no token ids"):
+        back.to_tokens()
+    t = back.to_tokens(tok)
+    assert not t.exact and t.logprobs is None
+    assert len(t.loss_mask) == len(t.response_ids)
+    assert "out" in tok.decode([i for i, m in zip(t.response_ids, t.loss_mask, strict=True) if not m])
+
+
+def test_a_turn_that_does_not_extend_the_last_is_not_exact(tok, model):
+    ep, _ = play(tok, model, ["fix", "out"])
+    ep.steps[1].policy["prompt_start"] = 0
+    ep.steps[1].policy["prompt_ids"] = tok.encode("something else", add_special_tokens=False)
+    assert not ep.to_tokens().exact
