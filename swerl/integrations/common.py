@@ -1,0 +1,57 @@
+"""What the async trainer adapters (SkyRL, verl) share: the runner off the event loop, and rewards.
+
+Both trainers call an ``async`` hook and sample through an ``async`` engine, while
+``RolloutRunner`` is synchronous and calls its policy's ``Generator`` from its
+own thread. So the runner runs in a worker thread (``run_in_thread``) and the
+Generator hands each sampling call back to the trainer's event loop
+(``on_loop``), where the engine lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from swerl.episode import Episode
+from swerl.errors import ConfigError, InfraError
+from swerl.rollout.runner import RolloutRunner
+
+T = TypeVar("T")
+
+
+def make_action_format(name_or_format: Any) -> Any:
+    """An action format object, or one named as a config names it: text, tool_call, menu."""
+    if not isinstance(name_or_format, str):
+        return name_or_format
+    from swerl.policies import formats
+
+    known = {"text": formats.TextActions, "tool_call": formats.ToolCallActions, "menu": formats.PatchMenu}
+    if name_or_format not in known:
+        raise ConfigError(f"unknown action_format {name_or_format!r}; known: {', '.join(known)}")
+    return known[name_or_format]()
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on ``loop`` (the trainer's) from another thread and wait for its result."""
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+async def run_in_thread(runner: RolloutRunner) -> list[Episode]:
+    """Every episode of ``runner``, run in a worker thread so the event loop keeps serving the engine."""
+
+    def run() -> list[Episode]:
+        with runner:
+            return runner.run()
+
+    return await asyncio.to_thread(run)
+
+
+def require_reward(episode: Episode) -> float:
+    """The episode's reward; an infra error that outlived the runner's retries is raised, never scored 0."""
+    if episode.reward is None:
+        raise InfraError(
+            f"episode {episode.task_id}#{episode.attempt} has no reward ({episode.status}, "
+            f"after {episode.retries} retries): {episode.error or episode.reason}"
+        )
+    return episode.reward

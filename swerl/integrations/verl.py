@@ -1,0 +1,146 @@
+"""verl adapter: an ``AgentLoopBase`` registered as ``swerl_swe``, one swerl episode per sample.
+
+verl's ``AgentLoopWorker`` calls ``run`` once per trajectory. The episode runs
+through ``RolloutRunner`` (its sandbox in an ``EnvActor``, an infra error retried
+on a fresh one) with a ``ModelPolicy`` whose every turn is
+``server_manager.generate(prompt_ids=...)`` on verl's own rollout servers. The
+chat is kept as exact token ids (each observation appended as a chat-template
+delta, ``swerl.chat_tokens``), and the Episode's token record becomes the
+``AgentLoopOutput``: ``response_mask`` 1 on sampled tokens, ``response_logprobs``
+from the server, ``reward_score`` from swerl's grading.
+
+Point verl at it with ``actor_rollout_ref.rollout.agent.agent_loop_config_path``
+set to ``AGENT_LOOP_CONFIG`` (the YAML beside this file, whose keys are this
+class's options) and give each dataset row ``agent_name: swerl_swe`` and
+``extra_info.instance_id`` (``dataset_rows`` builds them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+
+from swerl.errors import ConfigError, PolicyError
+from swerl.integrations.common import make_action_format, on_loop, require_reward, run_in_thread
+from swerl.policies.model import Generation, ModelPolicy
+from swerl.rollout.runner import RolloutRunner
+from swerl.tasks.instance import Instance, load_instances
+
+AGENT_NAME = "swerl_swe"
+AGENT_LOOP_CONFIG = Path(__file__).with_name("verl_agent_loop.yaml")
+"""The agent-loop config file to pass to verl (``agent_loop_config_path``)."""
+
+
+def dataset_rows(tasks: str | list[Instance] = "swerl-mini", data_source: str = "swerl") -> list[dict[str, Any]]:
+    """Rows of a verl RL dataset (write them to parquet), one per task; the prompt is swerl's own."""
+    insts = load_instances(tasks) if isinstance(tasks, str) else tasks
+    return [
+        {
+            "data_source": data_source,
+            "prompt": [{"role": "user", "content": t.instance_id}],
+            "agent_name": AGENT_NAME,
+            "extra_info": {"instance_id": t.instance_id},
+        }
+        for t in insts
+    ]
+
+
+class ServerGenerator:
+    """``ModelPolicy``'s Generator over verl's server manager, one request per prompt.
+
+    Called from the runner's thread; each call goes to ``generate`` on the agent
+    loop's event loop. All turns of a trajectory share ``request_id``, so verl's
+    sticky routing keeps them on one server (prefix cache).
+    """
+
+    def __init__(
+        self, server_manager: Any, tokenizer: Any, loop: asyncio.AbstractEventLoop, sampling_params: dict[str, Any]
+    ) -> None:
+        self.server_manager = server_manager
+        self.tokenizer = tokenizer
+        self.loop = loop
+        self.sampling_params = sampling_params
+        self.request_id = uuid4().hex
+
+    def generate(self, prompts: list[list[int]]) -> list[Generation]:
+        return [self._one(p) for p in prompts]
+
+    def _one(self, prompt_ids: list[int]) -> Generation:
+        out = on_loop(
+            self.loop,
+            self.server_manager.generate(
+                request_id=self.request_id, prompt_ids=prompt_ids, sampling_params=self.sampling_params
+            ),
+        )
+        if out.stop_reason == "aborted":
+            raise PolicyError("the rollout server aborted the request")
+        ids = list(out.token_ids)
+        stopped = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
+        logprobs = list(out.log_probs) if out.log_probs is not None else None
+        return Generation(ids, logprobs, "stop" if stopped else "length")
+
+
+@register(AGENT_NAME)
+class SwerlAgentLoop(AgentLoopBase):
+    """One swerl episode per sample (options come from the agent-loop YAML, see ``AGENT_LOOP_CONFIG``).
+
+    ``tasks``: suite name or task file; ``action_format``: text, tool_call or menu;
+    ``env_kwargs``: SWEEnv limits and options (``max_steps``, ...); ``backend``,
+    ``max_retries`` and ``actor_cpus`` go to ``RolloutRunner``.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        tasks: str = "swerl-mini",
+        backend: str = "docker",
+        action_format: str = "text",
+        system_prompt: str | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        max_retries: int = 2,
+        actor_cpus: float = 0.25,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.pop("name", None)  # the YAML entry's own name, passed along by hydra
+        super().__init__(*args, **kwargs)
+        self.tasks = {t.instance_id: t for t in load_instances(tasks)}
+        self.action_format = make_action_format(action_format)
+        self.system_prompt = system_prompt
+        self.runner_kwargs = {
+            "backend": backend,
+            "env_kwargs": dict(env_kwargs or {}),
+            "max_retries": max_retries,
+            "actor_cpus": actor_cpus,
+            "num_actors": 1,
+        }
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        task_id = (kwargs.get("extra_info") or {}).get("instance_id")
+        if task_id not in self.tasks:
+            raise ConfigError(f"a swerl_swe row needs extra_info.instance_id of a configured task, got {task_id!r}")
+        gen = ServerGenerator(self.server_manager, self.tokenizer, asyncio.get_running_loop(), sampling_params)
+        policy = ModelPolicy(gen, self.system_prompt, self.action_format)
+        (ep,) = await run_in_thread(RolloutRunner([self.tasks[task_id]], policy, **self.runner_kwargs))
+        reward = require_reward(ep)
+        t = ep.to_tokens()
+        n = self.rollout_config.response_length
+        env_time = ep.timings.get("reset", 0.0) + ep.timings.get("steps", 0.0)
+        grade_time = ep.timings.get("grade", 0.0)
+        return AgentLoopOutput(
+            prompt_ids=self._cap_text_prompt_length(t.prompt_ids),
+            response_ids=t.response_ids[:n],
+            response_mask=t.loss_mask[:n],
+            response_logprobs=t.logprobs[:n] if t.logprobs is not None else None,
+            reward_score=reward,
+            num_turns=2 * len(ep.steps),
+            metrics=AgentLoopMetrics(
+                generate_sequences=max(0.0, ep.timings.get("total", 0.0) - env_time - grade_time),
+                tool_calls=env_time,
+                compute_score=grade_time,
+            ),
+            extra_fields={"swerl_status": ep.status, "swerl_steps": len(ep.steps), "swerl_exact": t.exact},
+        )
