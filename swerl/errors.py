@@ -36,6 +36,10 @@ class SandboxClosed(SandboxError):
     """An operation was attempted on a sandbox that is closed."""
 
 
+class PolicyError(InfraError):
+    """The model server failed the policy (down, past its timeout, or an answer that is not one)."""
+
+
 class CommandFailed(SwerlError):
     """A command ran and exited non-zero, and the caller asked for ``check=True``."""
 

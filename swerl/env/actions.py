@@ -44,6 +44,43 @@ FORMAT_HELP = f"""Reply with exactly one action, either
 Relative paths are relative to the repository root."""
 
 
+def _function(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+
+
+TOOLS: list[dict[str, Any]] = [
+    _function(
+        "bash",
+        "Run one shell command in the repository root; returns its output and exit code.",
+        {"command": {"type": "string"}},
+        ["command"],
+    ),
+    _function(
+        "editor",
+        "View, create or edit a file: command is view, create, str_replace or insert.",
+        {
+            "command": {"type": "string", "enum": list(EDITOR_COMMANDS)},
+            "path": {"type": "string"},
+            "view_range": {"type": "array", "items": {"type": "integer"}},
+            "file_text": {"type": "string"},
+            "old_str": {"type": "string"},
+            "new_str": {"type": "string"},
+            "insert_line": {"type": "integer"},
+        },
+        ["command", "path"],
+    ),
+    _function("submit", "Submit the current diff of the repository as the fix.", {}, []),
+]
+"""The tools in OpenAI function-calling form, for servers and chat templates that take ``tools``."""
+
+
 class ActionError(ValueError):
     """The reply is not a valid action; the message says why and how to fix it."""
 

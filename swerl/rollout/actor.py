@@ -63,7 +63,10 @@ class EnvActorImpl:
         rec.reset_done()
         state = policy.start(env.task, attempt)
         while True:
-            decision = as_decision(policy.act(state, obs))
+            try:
+                decision = as_decision(policy.act(state, obs))
+            except InfraError as e:  # the model server failed: retried, never scored
+                return rec.fail(e, reason="policy_error").to_dict()
             obs, reward, terminated, truncated, info = env.step(decision.action)
             rec.step_done(decision, obs, reward, info)
             if terminated or truncated:

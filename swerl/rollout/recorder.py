@@ -48,9 +48,8 @@ class EpisodeRecorder:
             ep.reward = None
         return ep
 
-    def fail(self, error: BaseException) -> Episode:
-        """The sandbox could not even be had: an infra error, never a score."""
+    def fail(self, error: BaseException, reason: str = "infra_error") -> Episode:
+        """The sandbox could not be had, or the model server failed: an infra error, never a score."""
         return self.finish(
-            None,
-            {"status": "infra_error", "reason": "infra_error", "error": f"{type(error).__name__}: {error}"},
+            None, {"status": "infra_error", "reason": reason, "error": f"{type(error).__name__}: {error}"}
         )

@@ -1,0 +1,235 @@
+"""LLMPolicy against a real OpenAI-compatible server: ``transformers serve`` with the tiny local model.
+
+One server per module (it takes ~20-30 s to start on CPU). It returns text and
+usage but no token ids or logprobs, so episodes fall back to re-tokenized,
+``exact=False`` trajectories. Servers that are down, stuck or answer garbage
+are real sockets too.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("fastapi")
+
+from swerl.env.actions import parse_action  # noqa: E402
+from swerl.errors import PolicyError  # noqa: E402
+from swerl.policies.llm import Conversation, LLMPolicy  # noqa: E402
+from swerl.rollout import RolloutRunner  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    """``transformers serve`` on a free port, serving the tiny model on CPU; its base URL."""
+    exe = shutil.which("transformers")
+    if exe is None:
+        pytest.skip("the transformers CLI is not installed")
+    port = free_port()
+    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [exe, "serve", str(tiny_model_dir), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"transformers serve did not come up; see {log.name}") from None
+                time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def policy(tiny_model_dir, base_url: str, **kw) -> LLMPolicy:
+    return LLMPolicy(str(tiny_model_dir), base_url=base_url, max_tokens=8, temperature=1.0, **kw)
+
+
+def test_episodes_against_a_real_server_fall_back_to_retokenized(
+    server, tiny_model_dir, tok, ray_session, tasks, sandbox_config
+):
+    p = policy(tiny_model_dir, server, system_prompt="Fix the bug.")
+    with RolloutRunner(
+        tasks[:2],
+        p,
+        num_actors=1,
+        envs_per_actor=2,
+        env_kwargs={"max_steps": 2, "sandbox_config": sandbox_config},
+    ) as r:
+        eps = r.run()
+    assert len(eps) == 2
+    for ep in eps:
+        assert not ep.infra_error and ep.reward == 0.0, (ep.status, ep.error)
+        assert len(ep.steps) == 2
+        first = ep.steps[0].policy
+        assert first["usage"]["completion_tokens"] > 0 and first["prompt_messages"][1]["role"] == "user"
+        assert "completion_ids" not in first  # this server returns no ids
+        assert "sk-driver-secret" not in ep.to_json()
+        t = ep.to_tokens(tok)
+        assert not t.exact and t.logprobs is None
+        assert len(t.loss_mask) == len(t.response_ids) and len(t.turns) == 2
+        text = tok.decode(t.prompt_ids + t.response_ids)
+        assert "Fix the bug." in text and ep.steps[0].observation[:40] in text
+
+
+def test_tool_call_format_reaches_the_chat_template(server, tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    text, tools = policy(tiny_model_dir, server), policy(tiny_model_dir, server, action_format="tools")
+    d_text = text.act(text.start(None, 0), "fix it")
+    d_tools = tools.act(tools.start(None, 0), "fix it")
+    # the server rendered the tool schemas into the prompt: more prompt tokens
+    assert d_tools.info["usage"]["prompt_tokens"] > d_text.info["usage"]["prompt_tokens"] + 50
+    assert d_tools.info["observation_role"] == "tool"
+
+
+def test_a_tool_call_reply_becomes_an_action_and_its_result_a_tool_message(tiny_model_dir):
+    from openai.types.chat import ChatCompletion
+
+    p = LLMPolicy(str(tiny_model_dir), action_format="tools")
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    resp = ChatCompletion.model_validate(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                }
+            ],
+        }
+    )
+    action, assistant = p._action(resp.choices[0].message)
+    assert parse_action(action).args == {"command": "ls"} and assistant["tool_calls"][0]["id"] == "c1"
+
+
+def test_vllm_style_ids_are_recorded_as_prompt_deltas(tiny_model_dir):
+    """vLLM's ``return_token_ids`` answer shape, parsed by the policy (no vLLM runs on this CPU)."""
+    from openai.types.chat import ChatCompletion
+
+    def answer(prompt_ids, ids):
+        return ChatCompletion.model_validate(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "prompt_token_ids": prompt_ids,
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "token_ids": ids,
+                        "message": {"role": "assistant", "content": "a"},
+                        "logprobs": {
+                            "content": [
+                                {"token": "a", "logprob": -0.25, "bytes": None, "top_logprobs": []} for _ in ids
+                            ]
+                        },
+                    }
+                ],
+            }
+        )
+
+    p, state = LLMPolicy("m"), Conversation()
+    r1 = answer([1, 2, 3], [7, 8])
+    t1 = p._sampled(state, r1, r1.choices[0])
+    r2 = answer([1, 2, 3, 7, 8, 4, 5], [9])
+    t2 = p._sampled(state, r2, r2.choices[0])
+    assert (t1.prompt_ids, t1.prompt_start, t1.completion_ids, t1.logprobs) == ([1, 2, 3], 0, [7, 8], [-0.25] * 2)
+    assert (t2.prompt_ids, t2.prompt_start, t2.completion_ids) == ([4, 5], 5, [9])
+
+
+class _Garbage(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = b"<html>not a chat completion</html>"
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def garbage_server():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}/v1"
+    srv.shutdown()
+
+
+@pytest.fixture
+def stuck_server():
+    """Accepts connections and never answers."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    s.close()
+
+
+def test_garbage_and_stuck_servers_raise_policy_errors(tiny_model_dir, garbage_server, stuck_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    for url, match in [(garbage_server, "failed|no choices"), (stuck_server, "did not answer")]:
+        p = LLMPolicy("m", base_url=url, timeout=1.0)
+        with pytest.raises(PolicyError, match=match):
+            p.act(p.start(None, 0), "hi")
+
+
+def test_a_server_that_is_down_makes_retried_infra_errors(
+    tiny_model_dir, ray_session, tasks, sandbox_config
+):
+    p = policy(tiny_model_dir, f"http://127.0.0.1:{free_port()}/v1", timeout=2.0)
+    with RolloutRunner(
+        tasks[:1],
+        p,
+        num_actors=1,
+        max_retries=1,
+        retry_delay=0.1,
+        env_kwargs={"sandbox_config": sandbox_config},
+    ) as r:
+        (ep,) = r.run()
+        stats = dict(r.stats)
+    assert ep.status == "infra_error" and ep.reward is None and ep.reason == "policy_error"
+    assert "cannot reach the model server" in ep.error and ep.retries == 1 and stats["retried"] == 1
+    assert json.loads(ep.to_json())["reward"] is None
