@@ -18,6 +18,7 @@ observation); the dataset row only names the task, by ``instance_id``.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -74,7 +75,8 @@ class SwerlTextEnv(BaseTextEnv):
 
     ``env_config`` (SkyRL's ``environment.skyrl_gym.swerl-swe``): ``tasks`` (a suite
     name or file, default ``swerl-mini``), ``backend``, ``env_kwargs`` (SWEEnv
-    limits and options), ``actor_cpus``. ``extras`` is the dataset row:
+    limits and options), ``actor_cpus``, ``run_id`` (a prefix of its sandboxes'
+    run label, for ``swerl reap --run-id``). ``extras`` is the dataset row:
     ``instance_id`` names the task, ``attempt`` (optional) numbers the record.
     An episode that ends in an infra error raises ``InfraError``: SkyRL's env
     contract has no "no reward", and a 0 would train on a broken sandbox.
@@ -91,7 +93,7 @@ class SwerlTextEnv(BaseTextEnv):
         self.max_turns = int(env_kwargs.get("max_steps", 50))
         self.episode: Episode | None = None
         ensure_ray()
-        self.actor_id = f"{default_run_id()}-skyrl"
+        self.actor_id = f"{cfg.get('run_id') or default_run_id()}-{uuid.uuid4().hex[:8]}"
         self._actor = EnvActor.options(num_cpus=float(cfg.get("actor_cpus", 0.25))).remote(
             [self.task], 1, self.actor_id, env_kwargs
         )

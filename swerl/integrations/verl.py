@@ -49,6 +49,13 @@ def dataset_rows(tasks: str | list[Instance] = "swerl-mini", data_source: str = 
     ]
 
 
+def _plain(value: Any) -> Any:
+    """A hydra/OmegaConf node as plain dicts and lists (SWEEnv options travel to Ray actors)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else dict(value)
+
+
 class ServerGenerator:
     """``ModelPolicy``'s Generator over verl's server manager, one request per prompt.
 
@@ -90,7 +97,8 @@ class SwerlAgentLoop(AgentLoopBase):
 
     ``tasks``: suite name or task file; ``action_format``: text, tool_call or menu;
     ``env_kwargs``: SWEEnv limits and options (``max_steps``, ...); ``backend``,
-    ``max_retries`` and ``actor_cpus`` go to ``RolloutRunner``.
+    ``max_retries`` and ``actor_cpus`` go to ``RolloutRunner``; ``run_id`` prefixes each
+    episode's run label (for ``swerl reap --run-id``).
     """
 
     def __init__(
@@ -103,6 +111,7 @@ class SwerlAgentLoop(AgentLoopBase):
         env_kwargs: dict[str, Any] | None = None,
         max_retries: int = 2,
         actor_cpus: float = 0.25,
+        run_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.pop("name", None)  # the YAML entry's own name, passed along by hydra
@@ -112,11 +121,12 @@ class SwerlAgentLoop(AgentLoopBase):
         self.system_prompt = system_prompt
         self.runner_kwargs = {
             "backend": backend,
-            "env_kwargs": dict(env_kwargs or {}),
+            "env_kwargs": _plain(env_kwargs or {}),
             "max_retries": max_retries,
             "actor_cpus": actor_cpus,
             "num_actors": 1,
         }
+        self.run_id = run_id
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         task_id = (kwargs.get("extra_info") or {}).get("instance_id")
@@ -124,7 +134,9 @@ class SwerlAgentLoop(AgentLoopBase):
             raise ConfigError(f"a swerl_swe row needs extra_info.instance_id of a configured task, got {task_id!r}")
         gen = ServerGenerator(self.server_manager, self.tokenizer, asyncio.get_running_loop(), sampling_params)
         policy = ModelPolicy(gen, self.system_prompt, self.action_format)
-        (ep,) = await run_in_thread(RolloutRunner([self.tasks[task_id]], policy, **self.runner_kwargs))
+        run_id = f"{self.run_id}-{uuid4().hex[:8]}" if self.run_id else None
+        runner = RolloutRunner([self.tasks[task_id]], policy, run_id=run_id, **self.runner_kwargs)
+        (ep,) = await run_in_thread(runner)
         reward = require_reward(ep)
         t = ep.to_tokens()
         n = self.rollout_config.response_length
