@@ -39,7 +39,9 @@ from swerl.tasks.instance import Instance, load_instances
 
 try:
     from skyrl.train.generators.base import GeneratorInterface
-except Exception:  # skyrl 0.3.0's package import fails on Python < 3.12 (pydantic rejects its typing.TypedDict)
+except (
+    Exception
+):  # skyrl 0.3.0's package import fails on Python < 3.12 (pydantic rejects its typing.TypedDict)
     GeneratorInterface = object  # type: ignore[assignment,misc]
 
 ENV_ID = "swerl-swe"
@@ -49,7 +51,11 @@ def dataset_rows(tasks: str | list[Instance] = "swerl-mini") -> list[dict[str, A
     """Rows of a SkyRL prompt dataset, one per task: the prompt is swerl's, so a row only names its task."""
     insts = load_instances(tasks) if isinstance(tasks, str) else tasks
     return [
-        {"prompt": [{"role": "user", "content": t.instance_id}], "env_class": ENV_ID, "instance_id": t.instance_id}
+        {
+            "prompt": [{"role": "user", "content": t.instance_id}],
+            "env_class": ENV_ID,
+            "instance_id": t.instance_id,
+        }
         for t in insts
     ]
 
@@ -115,7 +121,10 @@ class SwerlTextEnv(BaseTextEnv):
             )
         ep = self._finish(info)
         return BaseTextEnvStepOutput(
-            observations=[], reward=require_reward(ep), done=True, metadata={"status": ep.status, "reason": ep.reason}
+            observations=[],
+            reward=require_reward(ep),
+            done=True,
+            metadata={"status": ep.status, "reason": ep.reason},
         )
 
     def _finish(self, info: dict[str, Any]) -> Episode:
@@ -184,7 +193,9 @@ class EngineGenerator:
             raise PolicyError(f"the inference engine answered {len(prompts)} prompts with {ids!r:.200}")
         stops = out.get("stop_reasons") or ["stop"] * len(ids)
         return [
-            Generation(list(r), list(logprobs[i]) if logprobs else None, "length" if stops[i] == "length" else "stop")
+            Generation(
+                list(r), list(logprobs[i]) if logprobs else None, "length" if stops[i] == "length" else "stop"
+            )
             for i, r in enumerate(ids)
         ]
 
@@ -242,14 +253,20 @@ class SwerlGenerator(GeneratorInterface):
         rows = self._rows(input_batch)
         meta = input_batch.get("batch_metadata")
         engine = EngineGenerator(
-            self.client, self.tokenizer, asyncio.get_running_loop(), input_batch.get("sampling_params"), self.model
+            self.client,
+            self.tokenizer,
+            asyncio.get_running_loop(),
+            input_batch.get("sampling_params"),
+            self.model,
         )
         policy = ModelPolicy(engine, self.system_prompt, self.action_format, getattr(meta, "global_step", 0))
         task_ids = list(dict.fromkeys(t for t, _ in rows))
         attempts = max(a for _, a in rows) + 1
         if attempts * len(task_ids) != len(rows):
             raise ConfigError("repetition ids must number each task's rows 0, 1, ... n-1")
-        runner = RolloutRunner([_pick(self.tasks, t) for t in task_ids], policy, attempts=attempts, **self.runner_kwargs)
+        runner = RolloutRunner(
+            [_pick(self.tasks, t) for t in task_ids], policy, attempts=attempts, **self.runner_kwargs
+        )
         by_key = {ep.key: ep for ep in await run_in_thread(runner)}
         episodes = [by_key[k] for k in rows]
         self.last_episodes = episodes

@@ -18,6 +18,7 @@ class's options) and give each dataset row ``agent_name: swerl_swe`` and
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -35,7 +36,9 @@ AGENT_LOOP_CONFIG = Path(__file__).with_name("verl_agent_loop.yaml")
 """The agent-loop config file to pass to verl (``agent_loop_config_path``)."""
 
 
-def dataset_rows(tasks: str | list[Instance] = "swerl-mini", data_source: str = "swerl") -> list[dict[str, Any]]:
+def dataset_rows(
+    tasks: str | list[Instance] = "swerl-mini", data_source: str = "swerl"
+) -> list[dict[str, Any]]:
     """Rows of a verl RL dataset (write them to parquet), one per task; the prompt is swerl's own."""
     insts = load_instances(tasks) if isinstance(tasks, str) else tasks
     return [
@@ -65,24 +68,32 @@ class ServerGenerator:
     """
 
     def __init__(
-        self, server_manager: Any, tokenizer: Any, loop: asyncio.AbstractEventLoop, sampling_params: dict[str, Any]
+        self,
+        server_manager: Any,
+        tokenizer: Any,
+        loop: asyncio.AbstractEventLoop,
+        sampling_params: dict[str, Any],
     ) -> None:
         self.server_manager = server_manager
         self.tokenizer = tokenizer
         self.loop = loop
         self.sampling_params = sampling_params
         self.request_id = uuid4().hex
+        self.seconds = 0.0
+        """Time spent waiting on the server, for verl's ``generate_sequences`` metric."""
 
     def generate(self, prompts: list[list[int]]) -> list[Generation]:
         return [self._one(p) for p in prompts]
 
     def _one(self, prompt_ids: list[int]) -> Generation:
+        t0 = time.monotonic()
         out = on_loop(
             self.loop,
             self.server_manager.generate(
                 request_id=self.request_id, prompt_ids=prompt_ids, sampling_params=self.sampling_params
             ),
         )
+        self.seconds += time.monotonic() - t0
         if out.stop_reason == "aborted":
             raise PolicyError("the rollout server aborted the request")
         ids = list(out.token_ids)
@@ -131,8 +142,12 @@ class SwerlAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         task_id = (kwargs.get("extra_info") or {}).get("instance_id")
         if task_id not in self.tasks:
-            raise ConfigError(f"a swerl_swe row needs extra_info.instance_id of a configured task, got {task_id!r}")
-        gen = ServerGenerator(self.server_manager, self.tokenizer, asyncio.get_running_loop(), sampling_params)
+            raise ConfigError(
+                f"a swerl_swe row needs extra_info.instance_id of a configured task, got {task_id!r}"
+            )
+        gen = ServerGenerator(
+            self.server_manager, self.tokenizer, asyncio.get_running_loop(), sampling_params
+        )
         policy = ModelPolicy(gen, self.system_prompt, self.action_format)
         run_id = f"{self.run_id}-{uuid4().hex[:8]}" if self.run_id else None
         runner = RolloutRunner([self.tasks[task_id]], policy, run_id=run_id, **self.runner_kwargs)
@@ -140,7 +155,6 @@ class SwerlAgentLoop(AgentLoopBase):
         reward = require_reward(ep)
         t = ep.to_tokens()
         n = self.rollout_config.response_length
-        env_time = ep.timings.get("reset", 0.0) + ep.timings.get("steps", 0.0)
         grade_time = ep.timings.get("grade", 0.0)
         return AgentLoopOutput(
             prompt_ids=self._cap_text_prompt_length(t.prompt_ids),
@@ -150,8 +164,8 @@ class SwerlAgentLoop(AgentLoopBase):
             reward_score=reward,
             num_turns=2 * len(ep.steps),
             metrics=AgentLoopMetrics(
-                generate_sequences=max(0.0, ep.timings.get("total", 0.0) - env_time - grade_time),
-                tool_calls=env_time,
+                generate_sequences=gen.seconds,
+                tool_calls=max(0.0, ep.timings.get("total", 0.0) - gen.seconds - grade_time),
                 compute_score=grade_time,
             ),
             extra_fields={"swerl_status": ep.status, "swerl_steps": len(ep.steps), "swerl_exact": t.exact},
