@@ -48,13 +48,16 @@ ENV_ID = "swerl-swe"
 
 
 def dataset_rows(tasks: str | list[Instance] = "swerl-mini") -> list[dict[str, Any]]:
-    """Rows of a SkyRL prompt dataset, one per task: the prompt is swerl's, so a row only names its task."""
+    """Rows of a SkyRL prompt dataset, one per task. The prompt is swerl's, so a row only names its
+    task (and, given a suite name or task file, where ``SwerlTextEnv`` finds it)."""
     insts = load_instances(tasks) if isinstance(tasks, str) else tasks
+    where = {"tasks": tasks} if isinstance(tasks, str) else {}
     return [
         {
             "prompt": [{"role": "user", "content": t.instance_id}],
             "env_class": ENV_ID,
             "instance_id": t.instance_id,
+            **where,
         }
         for t in insts
     ]
@@ -79,8 +82,8 @@ def _pick(tasks: list[Instance], task_id: str) -> Instance:
 class SwerlTextEnv(BaseTextEnv):
     """One swerl episode as a ``skyrl_gym`` text env; the sandbox lives in an ``EnvActor``.
 
-    ``env_config`` (SkyRL's ``environment.skyrl_gym.swerl-swe``): ``tasks`` (a suite
-    name or file, default ``swerl-mini``), ``backend``, ``env_kwargs`` (SWEEnv
+    ``env_config`` (what SkyRL's config holds for ``swerl-swe``, if anything): ``tasks``
+    (a suite name or file, default ``swerl-mini``; a row's own ``tasks`` wins), ``backend``, ``env_kwargs`` (SWEEnv
     limits and options), ``actor_cpus``, ``run_id`` (a prefix of its sandboxes'
     run label, for ``swerl reap --run-id``). ``extras`` is the dataset row:
     ``instance_id`` names the task, ``attempt`` (optional) numbers the record.
@@ -92,7 +95,9 @@ class SwerlTextEnv(BaseTextEnv):
         super().__init__()
         cfg = dict(env_config or {})
         extras = dict(extras or {})
-        self.task = _pick(load_instances(cfg.get("tasks", "swerl-mini")), _task_id(extras))
+        self.task = _pick(
+            load_instances(extras.get("tasks") or cfg.get("tasks", "swerl-mini")), _task_id(extras)
+        )
         self.attempt = int(extras.get("attempt", 0))
         env_kwargs = {"backend": cfg.get("backend", "docker"), **dict(cfg.get("env_kwargs") or {})}
         self.backend = env_kwargs["backend"]
