@@ -55,7 +55,9 @@ class HFGenerator:
                     return_dict_in_generate=True,
                     **kwargs,
                 )
-                scores = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+                scores = self.model.compute_transition_scores(
+                    out.sequences, out.scores, normalize_logits=True
+                )
         finally:
             self.model.train(training)
         gens = []
