@@ -155,7 +155,7 @@ def test(args: argparse.Namespace) -> int:
     apt_install(TEST_PACKAGES)
     start_dockerd()
     start_slurm()
-    pip_install("test")
+    pip_install("test,train")  # train: torch (CPU build, pinned in pyproject.toml), transformers, trl
     build_images()
     os.chdir(ROOT)
     lint = sh(sys.executable, "-m", "ruff", "check", "swerl", "tests", check=False).returncode
