@@ -86,6 +86,18 @@ def pip_install(extras: str) -> None:
     sh(sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", spec)
 
 
+# verl declares transformers<5.11, which the train extra's transformers pin rules out, so it
+# comes without its dependencies, with what its agent-loop module imports (README, "verl").
+VERL_NO_DEPS = ["verl==0.9.1", "tensordict==0.10.0", "pyvers==0.1.0"]
+VERL_IMPORTS = ["hydra-core==1.3.2", "codetiming", "cachetools"]
+
+
+def pip_install_verl() -> None:
+    pip = (sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check")
+    sh(*pip, *VERL_IMPORTS)
+    sh(*pip, "--no-deps", *VERL_NO_DEPS)
+
+
 def start_slurm() -> None:
     """A real one-node Slurm cluster (munge auth) for the Slurm tests."""
     if ok("sinfo", "-h") and ok("scontrol", "ping"):
@@ -155,7 +167,8 @@ def test(args: argparse.Namespace) -> int:
     apt_install(TEST_PACKAGES)
     start_dockerd()
     start_slurm()
-    pip_install("test")
+    pip_install("test,train")  # train: torch (CPU build, pinned in pyproject.toml), transformers, trl
+    pip_install_verl()
     build_images()
     os.chdir(ROOT)
     lint = sh(sys.executable, "-m", "ruff", "check", "swerl", "tests", check=False).returncode

@@ -7,13 +7,14 @@ below both. ``Episode.to_tokens`` lays an episode out for a trainer (see
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from swerl.errors import ConfigError
 
@@ -98,7 +99,10 @@ class Episode:
         return self.status == "infra_error"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """A plain dict (sharing this episode's lists: token arrays are not copied)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["steps"] = [{f.name: getattr(s, f.name) for f in fields(s)} for s in self.steps]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Episode:
@@ -107,7 +111,8 @@ class Episode:
         return cls(**d)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), allow_nan=False, default=str)
+        """One JSON line; orjson, as token arrays make the standard library's encoder the bottleneck."""
+        return orjson.dumps(self.to_dict(), default=str).decode()
 
     def to_tokens(self, tokenizer: Any = None) -> TokenTrajectory:
         """The whole multi-turn trajectory as token ids for a trainer (see ``swerl.trajectory``)."""
@@ -172,8 +177,8 @@ class JsonlSink:
             if not line.endswith("\n"):
                 break  # interrupted write
             try:
-                yield Episode.from_dict(json.loads(line))
-            except (json.JSONDecodeError, TypeError) as e:
+                yield Episode.from_dict(orjson.loads(line))
+            except (orjson.JSONDecodeError, TypeError) as e:
                 raise ConfigError(f"{p}:{n}: not an episode record: {e}") from None
 
     @staticmethod

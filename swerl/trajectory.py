@@ -105,11 +105,13 @@ def _from_ids(turns: list[Sampled]) -> TokenTrajectory:
     seq = list(b.t.prompt_ids)
     for k, s in enumerate(turns):
         if k:
-            prompt = seq[: s.prompt_start] + list(s.prompt_ids or [])
-            keep = _common_prefix(prompt, seq)
-            if keep < len(seq):
-                b.t.exact = False  # the model saw something else than the concatenation so far
-            delta = prompt[keep:]
+            delta = list(s.prompt_ids or [])
+            if s.prompt_start != len(seq):  # not a delta on everything so far: compare
+                prompt = seq[: s.prompt_start] + delta
+                keep = _common_prefix(prompt, seq)
+                if keep < len(seq):
+                    b.t.exact = False  # the model saw something else than the concatenation so far
+                delta = prompt[keep:]
             b.observe(delta)
             seq.extend(delta)
         b.complete(s, list(s.completion_ids or []))

@@ -22,10 +22,10 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("fastapi")
 
-from swerl.env.actions import parse_action  # noqa: E402
-from swerl.errors import PolicyError  # noqa: E402
-from swerl.policies.llm import Conversation, LLMPolicy  # noqa: E402
-from swerl.rollout import RolloutRunner  # noqa: E402
+from swerl.env.actions import parse_action
+from swerl.errors import PolicyError
+from swerl.policies.llm import Conversation, LLMPolicy
+from swerl.rollout import RolloutRunner
 
 
 def free_port() -> int:
@@ -159,7 +159,8 @@ def test_vllm_style_ids_are_recorded_as_prompt_deltas(tiny_model_dir):
                         "message": {"role": "assistant", "content": "a"},
                         "logprobs": {
                             "content": [
-                                {"token": "a", "logprob": -0.25, "bytes": None, "top_logprobs": []} for _ in ids
+                                {"token": "a", "logprob": -0.25, "bytes": None, "top_logprobs": []}
+                                for _ in ids
                             ]
                         },
                     }
@@ -172,7 +173,12 @@ def test_vllm_style_ids_are_recorded_as_prompt_deltas(tiny_model_dir):
     t1 = p._sampled(state, r1, r1.choices[0])
     r2 = answer([1, 2, 3, 7, 8, 4, 5], [9])
     t2 = p._sampled(state, r2, r2.choices[0])
-    assert (t1.prompt_ids, t1.prompt_start, t1.completion_ids, t1.logprobs) == ([1, 2, 3], 0, [7, 8], [-0.25] * 2)
+    assert (t1.prompt_ids, t1.prompt_start, t1.completion_ids, t1.logprobs) == (
+        [1, 2, 3],
+        0,
+        [7, 8],
+        [-0.25] * 2,
+    )
     assert (t2.prompt_ids, t2.prompt_start, t2.completion_ids) == ([4, 5], 5, [9])
 
 
@@ -208,7 +214,9 @@ def stuck_server():
     s.close()
 
 
-def test_garbage_and_stuck_servers_raise_policy_errors(tiny_model_dir, garbage_server, stuck_server, monkeypatch):
+def test_garbage_and_stuck_servers_raise_policy_errors(
+    tiny_model_dir, garbage_server, stuck_server, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     for url, match in [(garbage_server, "failed|no choices"), (stuck_server, "did not answer")]:
         p = LLMPolicy("m", base_url=url, timeout=1.0)
@@ -216,9 +224,7 @@ def test_garbage_and_stuck_servers_raise_policy_errors(tiny_model_dir, garbage_s
             p.act(p.start(None, 0), "hi")
 
 
-def test_a_server_that_is_down_makes_retried_infra_errors(
-    tiny_model_dir, ray_session, tasks, sandbox_config
-):
+def test_a_server_that_is_down_makes_retried_infra_errors(tiny_model_dir, ray_session, tasks, sandbox_config):
     p = policy(tiny_model_dir, f"http://127.0.0.1:{free_port()}/v1", timeout=2.0)
     with RolloutRunner(
         tasks[:1],

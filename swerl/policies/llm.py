@@ -64,7 +64,9 @@ class LLMPolicy:
         policy_version: int | None = None,
     ) -> None:
         if action_format not in ACTION_FORMATS:
-            raise ConfigError(f"LLMPolicy action_format must be one of {ACTION_FORMATS}, got {action_format!r}")
+            raise ConfigError(
+                f"LLMPolicy action_format must be one of {ACTION_FORMATS}, got {action_format!r}"
+            )
         self.model = model
         self.base_url = base_url
         self.api_key_env = api_key_env
@@ -137,7 +139,9 @@ class LLMPolicy:
     def act(self, state: Conversation, observation: str) -> Decision:
         first = len(state.messages) == 1
         if state.tool_call_id is not None:
-            state.messages.append({"role": "tool", "tool_call_id": state.tool_call_id, "content": observation})
+            state.messages.append(
+                {"role": "tool", "tool_call_id": state.tool_call_id, "content": observation}
+            )
         else:
             state.messages.append({"role": "user", "content": observation})
         prompt_messages = [dict(m) for m in state.messages] if first else None
@@ -168,7 +172,11 @@ class LLMPolicy:
         if not calls:
             return text, {"role": "assistant", "content": text}
         fn = calls[0].function
-        call = {"id": calls[0].id, "type": "function", "function": {"name": fn.name, "arguments": fn.arguments}}
+        call = {
+            "id": calls[0].id,
+            "type": "function",
+            "function": {"name": fn.name, "arguments": fn.arguments},
+        }
         action = json.dumps({"name": fn.name, "arguments": fn.arguments})
         return action, {"role": "assistant", "content": text, "tool_calls": [call]}
 

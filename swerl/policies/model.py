@@ -70,7 +70,10 @@ class ModelPolicy:
         turns: list[Sampled] = []
         for st, obs in zip(states, observations, strict=True):
             if st.chat is None:
-                messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": obs}]
+                messages = [
+                    {"role": "system", "content": self.system_prompt},
+                    {"role": "user", "content": obs},
+                ]
                 st.chat = ChatTokens(tok, messages, tools=self.format.tools)
                 turn = Sampled(prompt_ids=list(st.chat.ids), prompt_messages=messages)
                 turn.observation_role = self.format.observation_role

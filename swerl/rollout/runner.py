@@ -8,6 +8,13 @@ Bounded in-flight work (the generator schedules only as fast as it is consumed),
 groups of attempts per task for GRPO, infra errors retried on another actor,
 dead actors replaced (their containers reaped) with only their in-flight
 episodes redone, and a durable JSONL sink that a rerun resumes from.
+
+Off-policy bounds: the trainer reports each new policy version
+(``set_policy_version``); every episode records the version that sampled it and
+its ``age`` (versions behind when handed out). With ``max_staleness``, an
+episode older than that is dropped or re-run (``stale="drop"|"rerun"``), counted
+in ``stats``. A re-run that comes back stale again is handed out anyway, its age
+on record, so a slow task is never starved.
 """
 
 from __future__ import annotations
@@ -16,8 +23,8 @@ import logging
 import os
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +50,11 @@ class Work:
     avoid: str | None = None
     not_before: float = 0.0
     """monotonic time before which a retry is not started (exponential backoff)."""
+    version: int = 0
+    """The policy version when it was (last) launched."""
+    born: float = 0.0
+    """monotonic time of its first launch, kept across retries and re-runs."""
+    stale_reruns: int = 0
 
 
 @dataclass(eq=False)
@@ -93,7 +105,15 @@ class RolloutRunner:
         ray_address: str | None = None,
         backend: str = "docker",
         snapshot: Any = None,
+        max_staleness: int | None = None,
+        stale: str = "rerun",
     ) -> None:
+        if stale not in ("drop", "rerun"):
+            raise ConfigError(f"stale must be 'drop' or 'rerun', got {stale!r}")
+        if max_staleness is not None and max_staleness < 0:
+            raise ConfigError(f"max_staleness must be at least 0, got {max_staleness}")
+        if max_staleness is not None and stale == "drop" and group:
+            raise ConfigError("stale='drop' would leave groups incomplete; use stale='rerun' with group=True")
         self.tasks = load_instances(tasks) if isinstance(tasks, (str, Path)) else list(tasks)
         if not self.tasks:
             raise ConfigError("RolloutRunner needs at least one task")
@@ -126,6 +146,22 @@ class RolloutRunner:
         """Every episode starts from this EnvSnapshot instead of a clean reset (branching)."""
         self._snapshot_ref: Any = None
         self.stats: dict[str, int] = defaultdict(int)
+        self.policy_version = 0
+        self.max_staleness = max_staleness
+        self.stale = stale
+        self._work_of: dict[tuple[str, int], Work] = {}
+
+    def set_policy_version(self, version: int) -> None:
+        """The trainer updated the policy: episodes launched from now on carry ``version``.
+
+        A policy with a ``policy_version`` attribute gets it too (an actor-placed
+        one is shipped to the actors again, for the episodes launched next).
+        """
+        self.policy_version = version
+        if hasattr(self.policy, "policy_version"):
+            self.policy.policy_version = version
+            if self._policy_ref is not None:
+                self._policy_ref = ray.put(self.policy)
 
     # ------------------------------------------------------------ actors
     def _spawn_actor(self) -> None:
@@ -197,20 +233,25 @@ class RolloutRunner:
             if (t.instance_id, a) not in done
         )
 
-    def run(self) -> list[Episode]:
+    def run(self, work: Iterable[tuple[str, int]] | None = None) -> list[Episode]:
         out: list[Episode] = []
-        for item in self.stream():
+        for item in self.stream(work):
             out.extend(item if isinstance(item, list) else [item])
         return out
 
-    def stream(self) -> Iterator[Episode | list[Episode]]:
-        """Yield each Episode as it finishes (or each complete group, with ``group=True``)."""
+    def stream(self, work: Iterable[tuple[str, int]] | None = None) -> Iterator[Episode | list[Episode]]:
+        """Yield each Episode as it finishes (or each complete group, with ``group=True``).
+
+        ``work``: exactly these (task_id, attempt) pairs instead of every task's
+        ``attempts`` (a trainer's batch); the sink is appended to, not resumed from.
+        """
         self.start()
         done: set[tuple[str, int]] = set()
         groups: dict[str, list[Episode]] = defaultdict(list)
         sink = None
+        explicit = None if work is None else self._explicit(work)
         if self.sink_path:
-            if self.resume and self.sink_path.exists():
+            if self.resume and explicit is None and self.sink_path.exists():
                 previous = [
                     ep
                     for ep in JsonlSink.read(self.sink_path)
@@ -220,7 +261,7 @@ class RolloutRunner:
                 for ep in previous:
                     groups[ep.task_id].append(ep)
             sink = JsonlSink(self.sink_path)
-        queue = self._todo(done)
+        queue = self._todo(done) if explicit is None else explicit
         finished = False
         try:
             while queue or self._inflight:
@@ -231,6 +272,8 @@ class RolloutRunner:
                         continue
                     raise InfraError("no actor slot is available to run the remaining episodes")
                 for ep in self._collect(queue):
+                    if not self._admit(ep, queue):
+                        continue
                     if sink:
                         sink.write(ep)
                     self.stats[ep.status or "ungraded"] += 1
@@ -246,6 +289,32 @@ class RolloutRunner:
                 sink.close()
             if not finished:
                 self.close()  # interrupted: leave nothing running
+
+    def _explicit(self, work: Iterable[tuple[str, int]]) -> deque[Work]:
+        queue = deque(Work(task_id, attempt) for task_id, attempt in work)
+        unknown = sorted({w.task_id for w in queue} - set(self.by_id))
+        if unknown:
+            raise ConfigError(f"unknown task ids in the work list: {unknown}")
+        return queue
+
+    def _admit(self, ep: Episode, queue: deque[Work]) -> bool:
+        """Stamp the episode's policy version and age; False if it is too stale to hand out."""
+        w = self._work_of.pop(ep.key, None) or Work(ep.task_id, ep.attempt, version=self.policy_version)
+        if ep.policy_version is None:
+            ep.policy_version = w.version
+        ep.age = self.policy_version - ep.policy_version
+        ep.timings["age"] = time.monotonic() - w.born if w.born else 0.0
+        if self.max_staleness is None or ep.age <= self.max_staleness or ep.infra_error:
+            return True
+        if self.stale == "rerun" and w.stale_reruns == 0:
+            self.stats["stale_rerun"] += 1
+            queue.appendleft(replace(w, retries=0, avoid=None, not_before=0.0, stale_reruns=1))
+            return False
+        if self.stale == "drop":
+            self.stats["stale_dropped"] += 1
+            return False
+        self.stats["stale_kept"] += 1  # re-run once already: hand it out rather than starve it
+        return True
 
     def _take_slot(self, avoid: str | None) -> ActorSlot:
         for i, slot in enumerate(self._free):
@@ -266,12 +335,12 @@ class RolloutRunner:
         """Requeue ``w`` on another actor after a backoff (1, 2, 4... times retry_delay)."""
         self.stats["retried"] += 1
         delay = self.retry_delay * 2**w.retries
-        queue.appendleft(
-            Work(w.task_id, w.attempt, w.retries + 1, avoid=avoid, not_before=time.monotonic() + delay)
-        )
+        queue.appendleft(replace(w, retries=w.retries + 1, avoid=avoid, not_before=time.monotonic() + delay))
 
     def _launch(self, run: Running) -> None:
         w, s = run.work, run.slot
+        w.version = self.policy_version
+        w.born = w.born or time.monotonic()
         if self.policy.placement == "actor":
             ref = s.handle.run_episode.remote(
                 s.index, w.task_id, w.attempt, self._policy_ref, self._snapshot_ref
@@ -340,6 +409,7 @@ class RolloutRunner:
         if ep.infra_error and run.work.retries < self.max_retries:
             self._retry(run.work, queue, run.slot.actor_id)
             return
+        self._work_of[ep.key] = run.work
         finished.append(ep)
 
     def _lost(self, run: Running, error: BaseException, queue: deque[Work], finished: list[Episode]) -> None:
