@@ -80,6 +80,14 @@ class TrajectoryID:
     repetition_id: int
 
 
+@dataclass
+class BatchMetadata:
+    """SkyRL's BatchMetadata (same fields)."""
+
+    global_step: int
+    training_phase: str
+
+
 def check_like_skyrl(out: dict, n_prompts: int) -> None:
     """What SkyRL's ``validate_generator_output`` asserts before training on a batch."""
     n = len(out["response_ids"])
@@ -132,74 +140,84 @@ def test_unknown_task_is_a_clear_error(ray_session):
         skyrl_gym.make("swerl-swe", env_config={}, extras={})
 
 
-def test_generator_runs_a_batch_through_the_runner(ray_session, tasks, tiny_model_dir, tok, docker_client):
+def test_generator_runs_batches_through_the_runner(ray_session, tasks, tiny_model_dir, tok, docker_client):
     from swerl.integrations.skyrl import SwerlGenerator, dataset_rows
 
     engine = TinyEngine(tiny_model_dir, tok)
-    gen = SwerlGenerator(
-        engine,
-        tok,
-        tasks[:2],
-        action_format="menu",
-        runner_kwargs={
-            "num_actors": 2,
-            "envs_per_actor": 2,
-            "run_id": "t-skyrl-gen",
-            "env_kwargs": {"max_steps": 8},
-        },
-    )
+    runner_kwargs = {
+        "num_actors": 2,
+        "envs_per_actor": 2,
+        "run_id": "t-skyrl-gen",
+        "env_kwargs": {"max_steps": 8},
+    }
+    gen = SwerlGenerator(engine, tok, tasks[:2], action_format="menu", runner_kwargs=runner_kwargs)
     rows = dataset_rows(tasks[:2])
     a, b = (r["instance_id"] for r in rows)
-    order = [(a, 0), (b, 0), (b, 1), (a, 1)]  # interleaved, as SkyRL may hand it over
     by_id = {r["instance_id"]: r for r in rows}
     by_task = {t.instance_id: t for t in tasks}
-    batch = {
-        "prompts": [by_id[t]["prompt"] for t, _ in order],
-        "env_classes": ["swerl-swe"] * 4,
-        "env_extras": [{"instance_id": t} for t, _ in order],
-        "sampling_params": None,
-        "trajectory_ids": [TrajectoryID(t, k) for t, k in order],
-        "batch_metadata": None,
-    }
-    out = asyncio.run(gen.generate(batch))
-    check_like_skyrl(out, 4)
-    eps = gen.last_episodes
-    assert [(e.task_id, e.attempt) for e in eps] == order  # input order, whatever finished first
-    assert out["rewards"] == [e.reward for e in eps]
-    assert {e.status for e in eps} <= {"resolved", "unresolved", "empty_patch", "patch_failed"}
-    assert all((e.status == "resolved") == (e.reward == 1.0) for e in eps)
-    assert out["trajectory_ids"] == batch["trajectory_ids"]
-    for e, prompt, resp, mask, lps in zip(
-        eps,
-        out["prompt_token_ids"],
-        out["response_ids"],
-        out["loss_masks"],
-        out["rollout_logprobs"],
-        strict=True,
-    ):
-        t = e.to_tokens()
-        assert t.exact and prompt == t.prompt_ids and resp == t.response_ids and mask == t.loss_mask
-        assert sum(mask) == sum(len(s.policy["completion_ids"]) for s in e.steps)
-        # every turn's prompt, as laid out for training, is what the engine was asked
-        assert all(t.turn_prompt(k) in engine.prompts for k in range(len(t.turns)))
-        assert all((lp < 0) if m else (lp == 0.0) for lp, m in zip(lps, mask, strict=True))
-        assert by_task[e.task_id].problem_statement.strip()[:60] in tok.decode(prompt)
-        observed = tok.decode([i for i, m in zip(resp, mask, strict=True) if not m])
-        assert all(s.observation[:20] in observed for s in e.steps[:-1])
-    assert out["stop_reasons"] and set(out["stop_reasons"]) <= {"stop", "length"}
-    assert 0.0 <= out["rollout_metrics"]["swerl/resolved"] <= 1.0
+
+    def batch_of(order, step=None):
+        return {
+            "prompts": [by_id[t]["prompt"] for t, _ in order],
+            "env_classes": ["swerl-swe"] * len(order),
+            "env_extras": [{"instance_id": t} for t, _ in order],
+            "sampling_params": None,
+            "trajectory_ids": [TrajectoryID(t, k) for t, k in order],
+            "batch_metadata": step,
+        }
+
+    try:
+        order = [(a, 0), (b, 0), (b, 1), (a, 1)]  # interleaved, as SkyRL may hand it over
+        batch = batch_of(order)
+        out = asyncio.run(gen.generate(batch))
+        check_like_skyrl(out, 4)
+        eps = gen.last_episodes
+        assert [(e.task_id, e.attempt) for e in eps] == order  # input order, whatever finished first
+        assert out["rewards"] == [e.reward for e in eps]
+        assert {e.status for e in eps} <= {"resolved", "unresolved", "empty_patch", "patch_failed"}
+        assert all((e.status == "resolved") == (e.reward == 1.0) for e in eps)
+        assert out["trajectory_ids"] == batch["trajectory_ids"]
+        for e, prompt, resp, mask, lps in zip(
+            eps,
+            out["prompt_token_ids"],
+            out["response_ids"],
+            out["loss_masks"],
+            out["rollout_logprobs"],
+            strict=True,
+        ):
+            t = e.to_tokens()
+            assert t.exact and prompt == t.prompt_ids and resp == t.response_ids and mask == t.loss_mask
+            assert sum(mask) == sum(len(s.policy["completion_ids"]) for s in e.steps)
+            # every turn's prompt, as laid out for training, is what the engine was asked
+            assert all(t.turn_prompt(k) in engine.prompts for k in range(len(t.turns)))
+            assert all((lp < 0) if m else (lp == 0.0) for lp, m in zip(lps, mask, strict=True))
+            assert by_task[e.task_id].problem_statement.strip()[:60] in tok.decode(prompt)
+            observed = tok.decode([i for i, m in zip(resp, mask, strict=True) if not m])
+            assert all(s.observation[:20] in observed for s in e.steps[:-1])
+        assert out["stop_reasons"] and set(out["stop_reasons"]) <= {"stop", "length"}
+        assert 0.0 <= out["rollout_metrics"]["swerl/resolved"] <= 1.0
+
+        # the next training step: the same runner, new attempts, the step as the policy version
+        actors = set(gen.runner._actors)
+        out = asyncio.run(gen.generate(batch_of([(b, 0), (a, 0)], step=BatchMetadata(1, "train"))))
+        check_like_skyrl(out, 2)
+        assert [(e.task_id, e.attempt) for e in gen.last_episodes] == [(b, 2), (a, 2)]
+        assert {s.policy["policy_version"] for e in gen.last_episodes for s in e.steps} == {1}
+        assert set(gen.runner._actors) == actors
+    finally:
+        gen.close()
     assert leftover(docker_client, "t-skyrl-gen") == []
 
 
-def test_generator_rejects_uneven_groups(ray_session, tasks, tiny_model_dir, tok):
+def test_generator_rejects_rows_without_a_known_task(tok, tasks):
     from swerl.errors import ConfigError
     from swerl.integrations.skyrl import SwerlGenerator
 
     gen = SwerlGenerator(None, tok, tasks[:2])
-    a, b = tasks[0].instance_id, tasks[1].instance_id
-    batch = {"prompts": [[], [], []], "env_extras": [{"instance_id": x} for x in (a, a, b)]}
-    with pytest.raises(ConfigError, match="same number of rows"):
-        asyncio.run(gen.generate(batch))
+    with pytest.raises(ConfigError, match="not in the configured swerl tasks"):
+        asyncio.run(gen.generate({"prompts": [[]], "env_extras": [{"instance_id": "nope"}]}))
+    with pytest.raises(ConfigError, match="instance_id column"):
+        asyncio.run(gen.generate({"prompts": [[]], "env_extras": [{}]}))
 
 
 @pytest.fixture
@@ -231,10 +249,11 @@ def test_infra_errors_raise_and_are_never_a_reward(ray_session, missing_image_ta
             env.init([{"role": "user", "content": "go"}])
     finally:
         env.close()
-    gen = SwerlGenerator(
-        None, tok, path, runner_kwargs={"num_actors": 1, "max_retries": 1, "retry_delay": 0.1}
-    )
-    batch = {"prompts": [[]], "env_extras": [{"instance_id": task_id}]}
-    with pytest.raises(InfraError, match=r"no reward \(infra_error, after 1 retries\)"):
-        asyncio.run(gen.generate(batch))
+    runner_kwargs = {"num_actors": 1, "max_retries": 1, "retry_delay": 0.1, "run_id": "t-skyrl-bad"}
+    gen = SwerlGenerator(None, tok, path, runner_kwargs=runner_kwargs)
+    try:
+        with pytest.raises(InfraError, match=r"no reward \(infra_error, after 1 retries\)"):
+            asyncio.run(gen.generate({"prompts": [[]], "env_extras": [{"instance_id": task_id}]}))
+    finally:
+        gen.close()
     assert leftover(docker_client, "t-skyrl-bad") == []

@@ -37,12 +37,17 @@ def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
-async def run_in_thread(runner: RolloutRunner) -> list[Episode]:
-    """Every episode of ``runner``, run in a worker thread so the event loop keeps serving the engine."""
+async def run_in_thread(
+    runner: RolloutRunner, work: list[tuple[str, int]] | None = None, close: bool = False
+) -> list[Episode]:
+    """``runner.run(work)`` in a worker thread, so the event loop keeps serving the engine meanwhile."""
 
     def run() -> list[Episode]:
-        with runner:
-            return runner.run()
+        try:
+            return runner.run(work)
+        finally:
+            if close:
+                runner.close()
 
     return await asyncio.to_thread(run)
 

@@ -206,14 +206,15 @@ class EngineGenerator:
 
 
 class SwerlGenerator(GeneratorInterface):
-    """SkyRL's ``GeneratorInterface``: the batch runs through ``RolloutRunner``, one Episode per row.
+    """SkyRL's ``GeneratorInterface``: each batch runs through one ``RolloutRunner``, one Episode per row.
 
-    Rows of the same task are its GRPO group (SkyRL repeats each prompt
-    ``n_samples_per_prompt`` times; ``trajectory_ids`` number the repetitions),
-    and every task must have the same number of rows. ``runner_kwargs`` go to
-    ``RolloutRunner`` (``num_actors``, ``envs_per_actor``, ``env_kwargs``,
-    ``backend``, ``sink``, ...). ``policy_version`` of each step is the batch's
-    ``global_step``.
+    A row names its task (``env_extras[i]["instance_id"]``, else its trajectory id's
+    ``instance_id``); SkyRL repeats each prompt ``n_samples_per_prompt`` times, and
+    each repetition is a new attempt (numbered per task across batches, so a sink
+    keeps them apart). The runner and its actors are started on the first batch and
+    kept until ``close()``. ``runner_kwargs`` go to ``RolloutRunner``
+    (``num_actors``, ``envs_per_actor``, ``env_kwargs``, ``backend``, ``sink``, ...);
+    a batch's ``global_step`` becomes the policy version its steps record.
     """
 
     def __init__(
@@ -230,33 +231,32 @@ class SwerlGenerator(GeneratorInterface):
         self.client = inference_engine_client
         self.tokenizer = tokenizer
         self.tasks = load_instances(tasks) if isinstance(tasks, str) else list(tasks)
+        self.by_id = {t.instance_id: t for t in self.tasks}
         self.action_format = make_action_format(action_format)
         self.system_prompt = system_prompt
         self.model = model
-        self.runner_kwargs = {**(runner_kwargs or {}), "resume": False, "group": False}
+        self.runner_kwargs = dict(runner_kwargs or {})
+        self.runner: RolloutRunner | None = None
+        self.policy: ModelPolicy | None = None
+        self._attempts: Counter[str] = Counter()
         self.last_episodes: list[Episode] = []
         """The Episodes of the last batch, in input order (for logging and tests)."""
 
-    def _rows(self, input_batch: Mapping[str, Any]) -> list[tuple[str, int]]:
-        """(task id, attempt) of each input row, attempts numbered per task from 0."""
+    def _work(self, input_batch: Mapping[str, Any]) -> list[tuple[str, int]]:
+        """(task id, attempt) of each input row."""
         extras = input_batch.get("env_extras") or [None] * len(input_batch["prompts"])
         traj_ids = input_batch.get("trajectory_ids") or [None] * len(extras)
-        seen: Counter[str] = Counter()
-        rows = []
+        work = []
         for ex, tid in zip(extras, traj_ids, strict=True):
             task_id = _task_id(ex, getattr(tid, "instance_id", None))
-            attempt = getattr(tid, "repetition_id", None)
-            rows.append((task_id, seen[task_id] if attempt is None else int(attempt)))
-            seen[task_id] += 1
-        if len(set(seen.values())) > 1:
-            raise ConfigError(f"every task needs the same number of rows in a batch, got {dict(seen)}")
-        if len(set(rows)) != len(rows):
-            raise ConfigError("two rows of the batch have the same task and repetition")
-        return rows
+            if task_id not in self.by_id:
+                raise ConfigError(f"task {task_id!r} is not in the configured swerl tasks")
+            work.append((task_id, self._attempts[task_id]))
+            self._attempts[task_id] += 1
+        return work
 
     async def generate(self, input_batch: Mapping[str, Any]) -> dict[str, Any]:
-        rows = self._rows(input_batch)
-        meta = input_batch.get("batch_metadata")
+        work = self._work(input_batch)
         engine = EngineGenerator(
             self.client,
             self.tokenizer,
@@ -264,16 +264,16 @@ class SwerlGenerator(GeneratorInterface):
             input_batch.get("sampling_params"),
             self.model,
         )
-        policy = ModelPolicy(engine, self.system_prompt, self.action_format, getattr(meta, "global_step", 0))
-        task_ids = list(dict.fromkeys(t for t, _ in rows))
-        attempts = max(a for _, a in rows) + 1
-        if attempts * len(task_ids) != len(rows):
-            raise ConfigError("repetition ids must number each task's rows 0, 1, ... n-1")
-        runner = RolloutRunner(
-            [_pick(self.tasks, t) for t in task_ids], policy, attempts=attempts, **self.runner_kwargs
-        )
-        by_key = {ep.key: ep for ep in await run_in_thread(runner)}
-        episodes = [by_key[k] for k in rows]
+        if self.runner is None or self.policy is None:
+            self.policy = ModelPolicy(engine, self.system_prompt, self.action_format)
+            self.runner = RolloutRunner(self.tasks, self.policy, **self.runner_kwargs)
+        self.policy.generator = engine
+        meta = input_batch.get("batch_metadata")
+        if meta is not None:
+            self.runner.set_policy_version(int(meta.global_step))
+        retried = self.runner.stats.get("retried", 0)
+        by_key = {ep.key: ep for ep in await run_in_thread(self.runner, work)}
+        episodes = [by_key[k] for k in work]
         self.last_episodes = episodes
         rewards = [require_reward(ep) for ep in episodes]
         trajs = [ep.to_tokens(self.tokenizer) for ep in episodes]
@@ -287,7 +287,7 @@ class SwerlGenerator(GeneratorInterface):
             "rollout_metrics": {
                 "swerl/resolved": sum(ep.status == "resolved" for ep in episodes) / len(episodes),
                 "swerl/mean_steps": sum(len(ep.steps) for ep in episodes) / len(episodes),
-                "swerl/retried": runner.stats.get("retried", 0),
+                "swerl/retried": self.runner.stats.get("retried", 0) - retried,
                 "swerl/inexact": sum(not t.exact for t in trajs),
             },
             "rollout_logprobs": logprobs if all(lp is not None for lp in logprobs) else None,
@@ -299,3 +299,8 @@ class SwerlGenerator(GeneratorInterface):
             "pixel_values": None,
             "image_grid_thw": None,
         }
+
+    def close(self) -> None:
+        """Stop the runner's actors and remove their sandboxes. Idempotent."""
+        if self.runner is not None:
+            self.runner.close()

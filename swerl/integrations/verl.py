@@ -151,7 +151,7 @@ class SwerlAgentLoop(AgentLoopBase):
         policy = ModelPolicy(gen, self.system_prompt, self.action_format)
         run_id = f"{self.run_id}-{uuid4().hex[:8]}" if self.run_id else None
         runner = RolloutRunner([self.tasks[task_id]], policy, run_id=run_id, **self.runner_kwargs)
-        (ep,) = await run_in_thread(runner)
+        (ep,) = await run_in_thread(runner, close=True)
         reward = require_reward(ep)
         t = ep.to_tokens()
         n = self.rollout_config.response_length
