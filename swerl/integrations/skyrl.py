@@ -37,11 +37,12 @@ from swerl.sandbox import reap
 from swerl.sandbox.base import default_run_id
 from swerl.tasks.instance import Instance, load_instances
 
+# SkyRL's trainer package, where it imports: skyrl 0.3.0 does not on Python < 3.12 (pydantic
+# rejects a typing.TypedDict in skyrl.tinker.types), and then the generator is a plain class
+# with the same ``async generate``.
 try:
     from skyrl.train.generators.base import GeneratorInterface
-except (
-    Exception
-):  # skyrl 0.3.0's package import fails on Python < 3.12 (pydantic rejects its typing.TypedDict)
+except Exception:
     GeneratorInterface = object  # type: ignore[assignment,misc]
 
 ENV_ID = "swerl-swe"
@@ -82,10 +83,10 @@ def _pick(tasks: list[Instance], task_id: str) -> Instance:
 class SwerlTextEnv(BaseTextEnv):
     """One swerl episode as a ``skyrl_gym`` text env; the sandbox lives in an ``EnvActor``.
 
-    ``env_config`` (what SkyRL's config holds for ``swerl-swe``, if anything): ``tasks``
-    (a suite name or file, default ``swerl-mini``; a row's own ``tasks`` wins), ``backend``, ``env_kwargs`` (SWEEnv
-    limits and options), ``actor_cpus``, ``run_id`` (a prefix of its sandboxes'
-    run label, for ``swerl reap --run-id``). ``extras`` is the dataset row:
+    ``env_config`` (what SkyRL's config holds for ``swerl-swe``, if anything):
+    ``tasks`` (a suite name or file, default ``swerl-mini``; a row's own ``tasks``
+    wins), ``backend``, ``env_kwargs`` (SWEEnv limits and options), ``actor_cpus``,
+    ``run_id`` (a prefix of its sandboxes' run label, for ``swerl reap --run-id``). ``extras`` is the dataset row:
     ``instance_id`` names the task, ``attempt`` (optional) numbers the record.
     An episode that ends in an infra error raises ``InfraError``: SkyRL's env
     contract has no "no reward", and a 0 would train on a broken sandbox.
@@ -197,6 +198,8 @@ class EngineGenerator:
         if not isinstance(ids, list) or len(ids) != len(prompts):
             raise PolicyError(f"the inference engine answered {len(prompts)} prompts with {ids!r:.200}")
         stops = out.get("stop_reasons") or ["stop"] * len(ids)
+        if "abort" in stops:
+            raise PolicyError("the inference engine aborted a request")
         return [
             Generation(
                 list(r), list(logprobs[i]) if logprobs else None, "length" if stops[i] == "length" else "stop"
