@@ -34,9 +34,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Served:
+    """A started ``transformers serve``; ``url`` waits until it answers (so Ray and Docker start meanwhile)."""
+
+    def __init__(self, proc: subprocess.Popen, port: int, log: str) -> None:
+        self.proc, self.port, self.log, self._up = proc, port, log, False
+
+    @property
+    def url(self) -> str:
+        deadline = time.monotonic() + 180
+        while not self._up:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2)
+                self._up = True
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"transformers serve did not come up; see {self.log}") from None
+                time.sleep(0.5)
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
-    """``transformers serve`` on a free port, serving the tiny model on CPU; its base URL."""
+    """``transformers serve`` on a free port, serving the tiny model on CPU."""
     exe = shutil.which("transformers")
     if exe is None:
         pytest.skip("the transformers CLI is not installed")
@@ -48,16 +68,7 @@ def server(tiny_model_dir, tmp_path_factory):
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"transformers serve did not come up; see {log.name}") from None
-                time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/v1"
+        yield Served(proc, port, log.name)
     finally:
         proc.terminate()
         try:
@@ -81,7 +92,7 @@ def policy(tiny_model_dir, base_url: str, **kw) -> LLMPolicy:
 def test_episodes_against_a_real_server_fall_back_to_retokenized(
     server, tiny_model_dir, tok, ray_session, tasks, sandbox_config
 ):
-    p = policy(tiny_model_dir, server, system_prompt="Fix the bug.")
+    p = policy(tiny_model_dir, server.url, system_prompt="Fix the bug.")
     with RolloutRunner(
         tasks[:2],
         p,
@@ -107,7 +118,10 @@ def test_episodes_against_a_real_server_fall_back_to_retokenized(
 
 def test_tool_call_format_reaches_the_chat_template(server, tiny_model_dir, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    text, tools = policy(tiny_model_dir, server), policy(tiny_model_dir, server, action_format="tools")
+    text, tools = (
+        policy(tiny_model_dir, server.url),
+        policy(tiny_model_dir, server.url, action_format="tools"),
+    )
     d_text = text.act(text.start(None, 0), "fix it")
     d_tools = tools.act(tools.start(None, 0), "fix it")
     # the server rendered the tool schemas into the prompt: more prompt tokens

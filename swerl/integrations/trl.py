@@ -67,7 +67,8 @@ class SwerlRollout:
         self.policy: ModelPolicy | None = None
         self._attempts: Counter[str] = Counter()
         self.timings: dict[str, list[float]] = defaultdict(list)
-        """Seconds per call: "rollout" (the whole call) and "generate" (the model's share of it)."""
+        """Seconds per call: "rollout" (the whole call) and "generation" (the model's share of it)."""
+        self._generating: list[float] = []
 
     def dataset(self, repeat: int = 1) -> Any:
         """A ``datasets.Dataset`` with one ``prompt`` (the instance id) per task, ``repeat`` times over."""
@@ -95,7 +96,7 @@ class SwerlRollout:
                 top_k=args.top_k or 0,
                 top_p=args.top_p,
             ),
-            self.timings["generate"],
+            self._generating,
         )
         if self.policy is None:
             self.policy = ModelPolicy(gen, self.system_prompt, self.action_format)
@@ -105,6 +106,7 @@ class SwerlRollout:
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         t0 = time.perf_counter()
+        self._generating.clear()
         self._policy(trainer)
         assert self.runner is not None
         self.runner.set_policy_version(int(trainer.state.global_step))
@@ -123,6 +125,7 @@ class SwerlRollout:
             )
         out = rollout_batch(ordered)
         self.timings["rollout"].append(time.perf_counter() - t0)
+        self.timings["generation"].append(sum(self._generating))
         return out
 
     def close(self) -> None:

@@ -1,0 +1,240 @@
+"""Where a training step's wall time goes, and how long the trainer waits on the environment.
+
+The tiny local model (``swerl.integrations.tiny_model``) trains on the bundled
+suite with the ``PatchMenu`` action format (its sampled first token picks the
+gold, a wrong or no patch, so episodes edit, submit and are graded for real).
+Two loops run side by side on the same envs (``--envs`` in flight):
+
+- ``trl-sync``: TRL's GRPOTrainer with swerl's ``rollout_func``; each step waits
+  for its whole batch of episodes (``--envs`` of them), then runs the optimizer.
+- ``async``: RolloutRunner streams GRPO groups with ``max_staleness=1``; the
+  trainer updates on each group as it arrives (a plain policy-gradient step with
+  group-normalised advantages on the exact token layout) while the envs keep
+  running the episodes already in flight.
+
+Per batch of ``--envs`` episodes, the wall time is split into generation (the
+model sampling actions, in the driver), environment and grading (the trainer
+blocked on the actors; the grading part is that wait times the episodes' share
+of time spent grading), and optimizer (everything the trainer computes). The
+first step (actors starting) is left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import os
+import tempfile
+import time
+from typing import Any
+
+from swerl.bench._stats import table
+from swerl.episode import Episode, JsonlSink
+
+
+def _grading_share(episodes: list[Episode]) -> float:
+    grade = sum(e.timings.get("grade", 0.0) for e in episodes)
+    total = sum(e.timings.get("total", 0.0) for e in episodes)
+    return grade / total if total else 0.0
+
+
+def _row(name: str, n_eps: int, envs: int, wall: float, gen: float, wait: float, share: float) -> list:
+    per = envs / n_eps  # scale to one batch of `envs` episodes
+    opt = wall - gen - wait
+    return [
+        name,
+        n_eps,
+        wall * per,
+        gen * per,
+        wait * (1 - share) * per,
+        wait * share * per,
+        opt * per,
+        100 * wait / wall,
+    ]
+
+
+def run_trl(tasks, model_dir: str, envs: int, steps: int, tokens: int, sink: str) -> list:
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from swerl.integrations.trl import SwerlRollout, swerl_reward
+    from swerl.policies.formats import PatchMenu
+
+    class Clock(TrainerCallback):
+        def __init__(self) -> None:
+            self.walls: list[float] = []
+
+        def on_step_begin(self, *a: Any, **k: Any) -> None:
+            self._t = time.perf_counter()
+
+        def on_step_end(self, *a: Any, **k: Any) -> None:
+            self.walls.append(time.perf_counter() - self._t)
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    rollout = SwerlRollout(
+        tasks,
+        max_new_tokens=tokens,
+        system_prompt="Fix the issue.",
+        action_format=PatchMenu(),
+        sink=sink,
+        num_actors=max(1, envs // 8),
+        envs_per_actor=min(8, envs),
+        run_id=f"bench-train-trl-{os.getpid()}",
+    )
+    clock = Clock()
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        per_device_train_batch_size=envs,
+        num_generations=4,
+        max_steps=steps,
+        logging_steps=1,
+        learning_rate=1e-2,
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=swerl_reward,
+        train_dataset=rollout.dataset(repeat=steps),
+        rollout_func=rollout,
+        processing_class=tok,
+        args=args,
+        callbacks=[clock],
+    )
+    try:
+        trainer.train()
+    finally:
+        rollout.close()
+    episodes = list(JsonlSink.read(sink))
+    later = [e for e in episodes if (e.policy_version or 0) >= 1]
+    wall = sum(clock.walls[1:])
+    gen = sum(rollout.timings["generation"][1:])
+    wait = sum(rollout.timings["rollout"][1:]) - gen
+    return _row("trl-sync", len(later), envs, wall, gen, wait, _grading_share(later))
+
+
+def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int) -> list:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from swerl.integrations.hf import HFGenerator
+    from swerl.policies.formats import PatchMenu
+    from swerl.policies.model import ModelPolicy
+    from swerl.rollout.runner import RolloutRunner
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    gen_seconds: list[float] = []
+
+    class Timed(HFGenerator):
+        def generate(self, prompts):
+            t = time.perf_counter()
+            try:
+                return super().generate(prompts)
+            finally:
+                gen_seconds.append(time.perf_counter() - t)
+
+    policy = ModelPolicy(Timed(model, tok, max_new_tokens=tokens), "Fix the issue.", PatchMenu())
+    runner = RolloutRunner(
+        tasks,
+        policy,
+        num_actors=max(1, envs // 8),
+        envs_per_actor=min(8, envs),
+        attempts=4 * math.ceil(groups / len(tasks)),
+        group=True,
+        max_staleness=1,
+        run_id=f"bench-train-async-{os.getpid()}",
+    )
+    taken: list[Episode] = []
+    opt_s = 0.0
+    with runner:
+        stream = runner.stream()
+        first = next(stream)  # actors started, first group in
+        t0, g0 = time.perf_counter(), len(gen_seconds)
+        for n, group in enumerate(itertools.chain([first], stream)):
+            if n >= groups:
+                break
+            t = time.perf_counter()
+            _grpo_step(model, opt, [e for e in group if e.reward is not None])
+            runner.set_policy_version(runner.policy_version + 1)
+            if n:
+                opt_s += time.perf_counter() - t
+                taken.extend(group)
+        wall = time.perf_counter() - t0
+        stale = runner.stats["stale_rerun"]
+    gen = sum(gen_seconds[g0:])
+    row = _row("async", len(taken), envs, wall, gen, wall - gen - opt_s, _grading_share(taken))
+    print(f"async: {stale} stale episodes re-run")
+    return row
+
+
+def _grpo_step(model: Any, opt: Any, group: list[Episode]) -> None:
+    """One policy-gradient step on a group: advantage = (reward - mean) / std, loss on model tokens."""
+    import torch
+
+    rewards = torch.tensor([float(e.reward) for e in group])
+    if len(group) < 2 or rewards.std() == 0:
+        return
+    adv = (rewards - rewards.mean()) / (rewards.std() + 1e-4)
+    loss = torch.zeros(())
+    for ep, a in zip(group, adv, strict=True):
+        t = ep.to_tokens()
+        ids = torch.tensor([t.prompt_ids + t.response_ids])
+        logp = torch.log_softmax(model(ids).logits[0, :-1], -1).gather(1, ids[0, 1:, None])[:, 0]
+        mask = torch.tensor(t.loss_mask, dtype=torch.float)
+        resp = logp[len(t.prompt_ids) - 1 :]
+        loss = loss - a * (resp * mask).sum() / mask.sum().clamp(min=1)
+    (loss / len(group)).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m swerl.bench train", description=__doc__)
+    parser.add_argument("--envs", type=int, default=16, help="episodes in flight (= one TRL batch)")
+    parser.add_argument("--steps", type=int, default=3, help="TRL steps (the first is left out)")
+    parser.add_argument("--max-new-tokens", type=int, default=8)
+    args = parser.parse_args(argv)
+    if args.envs % 4:
+        parser.error("--envs must be a multiple of 4 (GRPO groups of 4)")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from swerl.integrations.tiny_model import tiny_model
+    from swerl.rollout.runner import ensure_ray
+    from swerl.tasks.images import build_task_images
+    from swerl.tasks.instance import load_instances
+
+    tasks = load_instances("swerl-mini")
+    build_task_images(tasks)
+    ensure_ray()
+    model_dir = str(tiny_model())
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as d:
+        rows = [run_trl(tasks, model_dir, args.envs, args.steps, args.max_new_tokens, f"{d}/trl.jsonl")]
+    groups = (args.steps - 1) * args.envs // 4 + 1
+    rows.append(run_async(tasks, model_dir, args.envs, groups, args.max_new_tokens))
+    print(f"{args.envs} envs in flight; seconds per batch of {args.envs} episodes; {os.cpu_count()} CPUs, "
+          f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}")  # fmt: skip
+    header = [
+        "loop",
+        "episodes",
+        "wall s",
+        "generation",
+        "environment",
+        "grading",
+        "optimizer",
+        "waits on env %",
+    ]
+    print(table(header, rows))
+    sync, async_ = rows
+    print(
+        f"async vs trl-sync: {sync[2] / async_[2]:.2f}x the episodes per second; "
+        f"trainer waits on the environment {async_[7]:.0f}% vs {sync[7]:.0f}% of the time"
+    )
+    return 0
