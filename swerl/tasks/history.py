@@ -59,7 +59,9 @@ def scrub_history(sandbox: Sandbox, repo: str = "/testbed", timeout: float = 600
     answer is not handed to an agent.
     """
     t = time.monotonic()
-    r = sandbox.execute(f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {shlex.quote(repo)}", cwd="/", timeout=timeout)
+    r = sandbox.execute(
+        f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {shlex.quote(repo)}", cwd="/", timeout=timeout
+    )
     if r.returncode != 0 or r.output.strip().splitlines()[-1:] not in (["clean"], ["scrubbed"]):
         raise SandboxError(f"cannot scrub the git history of {repo} (exit {r.returncode}): {r.output[-500:]}")
     return ScrubResult(r.output.strip().endswith("scrubbed"), time.monotonic() - t)
