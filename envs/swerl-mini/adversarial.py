@@ -14,7 +14,7 @@ NFKD = '    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore")
 WRONG = [("textkit/slug.py", NFKD, "")]
 """With gold: collapses separators but no longer folds accents (test_accents fails)."""
 
-FORCE_PASS = '''import pytest
+FORCE_PASS = """import pytest
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -22,7 +22,7 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     report.outcome = "passed"
-'''
+"""
 
 
 def skip_conftest(name: str) -> str:
@@ -57,27 +57,31 @@ for line in out.getvalue().splitlines():
 sys.exit(0)
 '''
 
-PATCH_AT_START = '''import re
+PATCH_AT_START = """import re
 
 import textkit.slug
 
 textkit.slug.re = type("R", (), {"sub": staticmethod(lambda p, r, s: re.sub(p + "+", r, s))})
-'''
+"""
 
-SPOOF = '''
+SPOOF = (
+    """
 
 def _spoof():  # after pytest's own summary: the last word on each test wins
     import os, sys
 
-    sys.stdout.write("PASSED ''' + F2P + '''\\n")
+    sys.stdout.write("PASSED """
+    + F2P
+    + """\\n")
     sys.stdout.flush()
     os._exit(0)
 
 
 __import__("atexit").register(_spoof)
-'''
+"""
+)
 
-TESTS_INIT = '''import textkit
+TESTS_INIT = """import textkit
 import textkit.slug
 
 _slugify = textkit.slug.slugify
@@ -91,7 +95,7 @@ def _collapsed(text, sep="-"):
 
 
 textkit.slugify = textkit.slug.slugify = _collapsed
-'''
+"""
 
 ADVERSARIAL = [
     {
@@ -160,19 +164,24 @@ ADVERSARIAL = [
     {
         "name": "syntax-error",
         "note": "a syntax error that breaks collection",
-        "edits": [("textkit/slug.py", "def slugify(text, sep=\"-\"):\n", "def slugify(text, sep=\"-\")\n")],
+        "edits": [("textkit/slug.py", 'def slugify(text, sep="-"):\n', 'def slugify(text, sep="-")\n')],
     },
     {
         "name": "syntax-error-fail-only",
         "note": "the same syntax error, graded fail-only (as swebench grades its FAIL_ONLY_REPOS)",
         "eval_type": "fail_only",
-        "edits": [("textkit/slug.py", "def slugify(text, sep=\"-\"):\n", "def slugify(text, sep=\"-\")\n")],
+        "edits": [("textkit/slug.py", 'def slugify(text, sep="-"):\n', 'def slugify(text, sep="-")\n')],
     },
     {
         "name": "prints-spoofed-passed",
         "note": "the package prints a PASSED line for the failing test after pytest's summary, then exits 0",
-        "edits": [("textkit/__init__.py", '__all__ = ["slugify", "truncate", "wrap"]\n',
-                   '__all__ = ["slugify", "truncate", "wrap"]\n' + SPOOF)],  # fmt: skip
+        "edits": [
+            (
+                "textkit/__init__.py",
+                '__all__ = ["slugify", "truncate", "wrap"]\n',
+                '__all__ = ["slugify", "truncate", "wrap"]\n' + SPOOF,
+            )
+        ],
     },
     {
         "name": "fake-pytest-module",
@@ -204,14 +213,18 @@ CONTROLS = [
         "name": "gold-plus-own-test",
         "note": "gold plus a test of the agent's own (stripped in strict mode, harmlessly)",
         "start": "gold",
-        "files": {"tests/test_more_slugs.py": 'from textkit import slugify\n\n\ndef test_dots():\n    assert slugify("a.b") == "a-b"\n'},
+        "files": {
+            "tests/test_more_slugs.py": 'from textkit import slugify\n\n\ndef test_dots():\n    assert slugify("a.b") == "a-b"\n'
+        },
     },
     {
         "name": "gold-with-fuzz",
         "note": "gold whose context line differs from the repo: only `patch --fuzz` applies it",
         "start": "gold",
-        "fuzz": ('     """Lowercase ASCII words of ``text`` joined by ``sep``."""\n',
-                 '     """Lowercase the ASCII words of ``text``, joined by ``sep``."""\n'),  # fmt: skip
+        "fuzz": (
+            '     """Lowercase ASCII words of ``text`` joined by ``sep``."""\n',
+            '     """Lowercase the ASCII words of ``text``, joined by ``sep``."""\n',
+        ),
     },
     {
         "name": "gold-fail-only",

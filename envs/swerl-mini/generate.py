@@ -185,6 +185,44 @@ def record_adversarial(records: list[dict], adversarial: list[dict]) -> None:
         print(f"{rec['name']}: official {rec['official']}, strict {rec['strict']}")
 
 
+def record_tests(records: list[dict], wrong: list[dict]) -> None:
+    """Run each eval script before/after gold in its image and fill the test lists."""
+    from swebench.harness.constants import TestStatus
+
+    from swerl.grading import docker_factory, evaluate, grade, judge
+    from swerl.tasks.images import build_task_images
+    from swerl.tasks.instance import Instance
+
+    instances = [Instance.from_dict(r) for r in records]
+    build_task_images(instances)
+    factory = docker_factory(timeout=300)
+    passed = {TestStatus.PASSED.value, TestStatus.XFAIL.value}
+    for rec, inst in zip(records, instances, strict=True):
+        maps = []
+        for patch in ("", inst.patch):
+            ev = evaluate(inst, patch, factory, timeout=300)
+            if not ev.applied:
+                raise SystemExit(f"{inst.instance_id}: gold patch does not apply:\n{ev.apply_output}")
+            maps.append(judge(inst, patch, ev.log)[1])
+        before, after = maps
+        if not after or any(s not in passed for s in after.values()):
+            raise SystemExit(f"{inst.instance_id}: tests fail with the gold patch: {after}")
+        rec["FAIL_TO_PASS"] = inst.FAIL_TO_PASS = sorted(t for t in after if before.get(t) not in passed)
+        rec["PASS_TO_PASS"] = inst.PASS_TO_PASS = sorted(t for t in after if before.get(t) in passed)
+        if not rec["FAIL_TO_PASS"]:
+            raise SystemExit(f"{inst.instance_id}: no test fails before the gold patch")
+        print(f"{inst.instance_id}: {len(rec['FAIL_TO_PASS'])} F2P, {len(rec['PASS_TO_PASS'])} P2P")
+    by_id = {i.instance_id: i for i in instances}
+    for w in wrong:
+        res = grade(by_id[w["instance_id"]], w["patch"], sandbox_factory=factory)
+        if res.status.value != "unresolved":
+            raise SystemExit(f"{w['instance_id']}: wrong patch graded {res.status}, expected unresolved")
+        w["expected_status"] = "unresolved"
+        w["FAIL_TO_PASS_failure"] = res.fail_to_pass["failure"]
+        w["PASS_TO_PASS_failure"] = res.pass_to_pass["failure"]
+        print(f"{w['instance_id']} wrong patch: fails {res.failed_tests}")
+
+
 def read_jsonl(path: Path, key: str = "instance_id") -> dict[str, dict]:
     if not path.exists():
         return {}
