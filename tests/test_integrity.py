@@ -359,3 +359,24 @@ def test_strict_env_records_integrity_in_the_episode(tasks, sandbox_config):
             assert episode.integrity is None
     assert rewards == {"strict": 0.0, "official": 1.0}
     assert inspect.signature(SWEEnv).parameters["grading"].default == "strict"
+
+
+def test_eval_grading_both_writes_both_reports(tasks, tmp_path):
+    from test_cli import run_cli
+
+    attack = next(r for r in ATTACKS if r["name"] == "conftest-forces-pass")
+    gold = select(tasks, ["swerl__textkit-2"])[0].patch
+    preds = [
+        {"instance_id": attack["instance_id"], "model_name_or_path": "m", "model_patch": attack["patch"]},
+        {"instance_id": "swerl__textkit-2", "model_name_or_path": "m", "model_patch": gold},
+    ]
+    (tmp_path / "preds.json").write_text(json.dumps(preds))
+    r = run_cli("eval", "preds.json", "--run-id", "b1", "--grading", "both", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    official, strict = (json.loads((tmp_path / f"m.{rid}.json").read_text()) for rid in ("b1", "b1-strict"))
+    assert (official, strict) == (data["official"]["report"], data["strict"]["report"])
+    assert official["resolved_ids"] == ["swerl__textkit-1", "swerl__textkit-2"]
+    assert strict["resolved_ids"] == ["swerl__textkit-2"] and strict["unresolved_ids"] == ["swerl__textkit-1"]
+    log = tmp_path / "logs/run_evaluation/b1-strict/m/swerl__textkit-1/run_instance.log"
+    assert "strict grading: stripped conftest.py (pytest conftest)" in log.read_text()
