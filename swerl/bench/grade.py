@@ -3,6 +3,7 @@
 Same instances, same local images, same patches, one at a time. The official
 path runs with the TestSpec from ``make_test_spec`` and a docker client; it only
 pulls when an image is missing, so it stays offline here. Statuses must agree.
+swerl's strict mode is timed beside its official mode (goal: < 10% more per grade).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     build_task_images(instances, client=client)
     run_id = f"bench-grade-{os.getpid()}"
     factory = docker_factory(timeout=600, run_id=run_id)
-    rows, totals = [], {"swerl": 0.0, "swebench": 0.0}
+    rows, totals = [], {"swerl": 0.0, "strict": 0.0, "swebench": 0.0}
     mismatches = 0
     cwd = os.getcwd()
     try:
@@ -73,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
                 ours = grade(inst, patch, sandbox_factory=factory).status.value
                 t_ours = time.perf_counter() - t
                 t = time.perf_counter()
+                strict = grade(inst, patch, sandbox_factory=factory, mode="strict").status.value
+                t_strict = time.perf_counter() - t
+                totals["strict"] += t_strict
+                t = time.perf_counter()
                 theirs = official_grade(inst, patch, client, f"{run_id}-{kind}")
                 t_theirs = time.perf_counter() - t
                 totals["swerl"] += t_ours
@@ -80,7 +85,15 @@ def main(argv: list[str] | None = None) -> int:
                 same = ours == theirs
                 mismatches += not same
                 rows.append(
-                    [f"{inst.instance_id} ({kind})", ours, t_ours, theirs, t_theirs, "yes" if same else "NO"]
+                    [
+                        f"{inst.instance_id} ({kind})",
+                        ours,
+                        t_ours,
+                        strict,
+                        theirs,
+                        t_theirs,
+                        "yes" if same else "NO",
+                    ]
                 )
                 print(
                     f"{inst.instance_id} ({kind}): swerl {ours} {t_ours:.2f}s, swebench {theirs} {t_theirs:.2f}s",
@@ -92,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(Exception):
             _remove_official_containers(client, run_id)
 
-    print(table(["instance", "swerl", "swerl s", "swebench", "swebench s", "same"], rows))
+    print(
+        table(["instance", "swerl", "swerl s", "strict", "strict s", "swebench", "swebench s", "same"], rows)
+    )
     ratio = totals["swebench"] / totals["swerl"] if totals["swerl"] else float("inf")
     n = len(pairs)
     print(
@@ -100,4 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         f"ratio {ratio:.1f}x; statuses identical: {'yes' if not mismatches else f'NO ({mismatches})'}"
     )
     print(f"goal (>= 2x, identical statuses): {'met' if ratio >= 2 and not mismatches else 'NOT met'}")
+    extra = totals["strict"] / totals["swerl"] - 1 if totals["swerl"] else 0.0
+    print(
+        f"strict mode: {totals['strict'] / n:.2f} s per grade against official's {totals['swerl'] / n:.2f} s "
+        f"({extra:+.1%}); goal (< +10%): {'met' if extra < 0.10 else 'NOT met'}"
+    )
     return 1 if mismatches else 0
