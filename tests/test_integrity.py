@@ -253,8 +253,14 @@ def factory_strict(task_images, run_id):
 
 
 def test_unknown_mode_is_a_clear_error(suite):
+    from swerl.config import load_config
+
     with pytest.raises(ConfigError, match="grading must be one of official, strict"):
         grade(suite[0], suite[0].patch, mode="lenient")
+    with pytest.raises(ConfigError, match=r"env\.grading"):
+        load_config(None, ["env.grading=lenient"])
+    assert load_config(None, []).env.grading == "strict"
+    assert load_config(None, ["env.scrub_history=false"]).env.scrub_history is False
 
 
 # ------------------------------------------------------- no answer in the sandbox
@@ -294,6 +300,17 @@ def test_an_agent_sandbox_holds_nothing_past_the_base_commit(history_task, sandb
     assert seen["refs"].splitlines() == [f"{inst.base_commit} commit\trefs/heads/main"]
     assert seen["fix"] == "missing" and seen["pickaxe"] == "" and seen["unreachable"] == ""
     assert seen["special"] == "" and seen["status"] == inst.base_commit
+
+
+def test_enroot_sandboxes_are_scrubbed_too(history_task, sandbox_config, enroot_double):
+    """The scrub is a script through the sandbox protocol, so every backend gets it."""
+    from swerl.env import SWEEnv
+
+    inst, fix = history_task
+    with SWEEnv([inst], backend="enroot", sandbox_config=sandbox_config) as env:
+        env.reset(options={"task": inst.instance_id})
+        seen = _probe(env.sandbox, fix)
+    assert seen["fix"] == "missing" and seen["pickaxe"] == "" and seen["status"] == inst.base_commit
 
 
 def test_opting_out_keeps_the_history(history_task, sandbox_config):
