@@ -2,11 +2,11 @@
 
 Same patch-apply fallbacks (imported from the harness), same eval script (from
 ``make_test_spec``), same log parser and report logic (``get_logs_eval`` /
-``get_eval_report``). ``mode="strict"`` runs the same path with a filter before
-and a stricter reading after (see ``swerl.grading.integrity``). What differs is the container lifecycle: one cheap
+``get_eval_report``). What differs is the container lifecycle: one cheap
 sandbox and one command channel instead of a container per ``docker exec``, no
 15 s ``docker stop`` — and infrastructure failures are retried and reported as
-such, never scored.
+such, never scored. ``mode="strict"`` runs the same path with a filter before and
+a stricter reading after (see ``swerl.grading.integrity``).
 """
 
 from __future__ import annotations
@@ -108,6 +108,8 @@ def evaluate(
         t = time.monotonic()
         if integrity is not None:
             scrub_history(sb, CONTAINER_WORKDIR)
+            timings["scrub"] = time.monotonic() - t
+            t = time.monotonic()
             try:
                 patch, integrity.stripped = filter_patch(
                     patch, instance_test_files(instance.test_patch), lambda p: _read_text(sb, p)
@@ -116,7 +118,7 @@ def evaluate(
                 return Evaluation(False, apply_output=str(e), timings=timings, integrity=integrity)
             timings["filter"] = time.monotonic() - t
             t = time.monotonic()
-        applied, apply_output = (True, "") if not patch.strip() else _apply(sb, patch)
+        applied, apply_output = (True, "") if not patch else _apply(sb, patch)
         timings["apply"] = time.monotonic() - t
         if not applied:
             return Evaluation(False, apply_output=apply_output, timings=timings, integrity=integrity)

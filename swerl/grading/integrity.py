@@ -51,6 +51,8 @@ INFRA_NAMES = {
     "conftest.py": "pytest conftest",
     "pytest.ini": "pytest configuration",
     ".pytest.ini": "pytest configuration",
+    "pytest.toml": "pytest configuration",
+    ".pytest.toml": "pytest configuration",
     "tox.ini": "tox/pytest configuration",
     "sitecustomize.py": "interpreter start-up hook",
     "usercustomize.py": "interpreter start-up hook",
