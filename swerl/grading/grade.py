@@ -122,9 +122,11 @@ def evaluate(
         timings["apply"] = time.monotonic() - t
         if not applied:
             return Evaluation(False, apply_output=apply_output, timings=timings, integrity=integrity)
-        t = time.monotonic()
         if integrity is not None:
+            t = time.monotonic()
             integrity.restored = _restore_infra(sb, instance)
+            timings["restore"] = time.monotonic() - t
+        t = time.monotonic()
         _write(sb, EVAL_SCRIPT_PATH, spec.eval_script.encode())
         command = f"{STRICT_PREFIX if strict else ''}/bin/bash {EVAL_SCRIPT_PATH}"
         r = sb.execute(command, cwd=CONTAINER_WORKDIR, timeout=timeout)

@@ -31,7 +31,7 @@ from swebench.harness.constants import (
     EvalType,
     TestStatus,
 )
-from swebench.harness.grading import get_eval_report, parse_test_exit_code
+from swebench.harness.grading import SUITE_RAN, get_eval_report, parse_test_exit_code
 from swebench.harness.log_parsers import PARSER_REGISTRY
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
@@ -263,7 +263,8 @@ def strict_reading(
     results) still apply to it. Every FAIL_TO_PASS and PASS_TO_PASS test must be
     present and PASSED, and reported so by every line that names it. Under
     ``fail_only`` (parsers that record only failures) presence cannot be required,
-    so the test command must exit 0 instead.
+    so the test command must exit 0 or its output show that the suite ran
+    (swebench's own ``SUITE_RAN`` evidence): a run that never got going is refused.
     """
     parser = PARSER_REGISTRY[spec.log_parser]
     starts, ends = log.count(START_TEST_OUTPUT), log.count(END_TEST_OUTPUT)
@@ -305,11 +306,9 @@ def strict_reading(
             good = status == TestStatus.PASSED.value or (fail_only and status is None)
             (ok if good and case not in conflicting else bad).append(case)
         lists[key] = {"success": ok, "failure": bad}
-    if fail_only and exit_code != 0:
+    if fail_only and exit_code != 0 and not SUITE_RAN.search(sliced):
         integrity.refused.append(
-            f"fail-only grading needs the test command to exit 0, it exited {exit_code}"
-            if exit_code is not None
-            else "fail-only grading needs the test command's exit code, and the log has none"
+            f"fail-only grading: the test command exited {exit_code} and its output shows no run of the suite"
         )
     resolved = (
         bool(report["patch_successfully_applied"])
