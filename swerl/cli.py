@@ -79,7 +79,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------- eval
 def cmd_eval(args: argparse.Namespace) -> int:
-    from swerl.evaluate import default_run_id, run_eval
+    from swerl.evaluate import default_run_id, mode_run_id, run_eval
     from swerl.tasks.instance import load_instances
 
     instances = load_instances(args.tasks)
@@ -90,23 +90,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
         client = connect()  # fail fast (exit 3) before Ray starts; the report lists leftovers with it
     run_id = args.run_id or default_run_id()
     progress = (lambda _line: None) if args.json else print
-    progress(f"run id {run_id}: grading on {args.workers} Ray worker(s)")
-    run = run_eval(
-        args.predictions,
-        instances,
-        run_id=run_id,
-        out=args.output_dir,
-        workers=args.workers,
-        timeout=args.timeout,
-        retries=args.retries,
-        backend=args.backend,
-        ray_address=args.ray_address,
-        docker_client=client,
-        progress=progress,
-    )
+    runs = {}
+    for mode in ("official", "strict") if args.grading == "both" else (args.grading,):
+        mode_id = mode_run_id(run_id, mode)
+        progress(f"run id {mode_id}: {mode} grading on {args.workers} Ray worker(s)")
+        runs[mode] = run_eval(
+            args.predictions,
+            instances,
+            run_id=mode_id,
+            out=args.output_dir,
+            workers=args.workers,
+            timeout=args.timeout,
+            retries=args.retries,
+            backend=args.backend,
+            ray_address=args.ray_address,
+            docker_client=client,
+            progress=progress,
+            grading=mode,
+        )
+    if len(runs) == 2:
+        official, strict = (runs[m].statuses for m in ("official", "strict"))
+        for iid in sorted(i for i in official if official[i] != strict.get(i)):
+            progress(f"{iid}: official {official[iid]}, strict {strict.get(iid)} (see both reports)")
     if args.json:
-        print(json.dumps(run.to_dict(), indent=2))
-    return EXIT_FAILED if run.infra_errors else EXIT_OK
+        out = {m: r.to_dict() for m, r in runs.items()}
+        print(json.dumps(out if len(runs) == 2 else out[args.grading], indent=2))
+    return EXIT_FAILED if any(r.infra_errors for r in runs.values()) else EXIT_OK
 
 
 # ----------------------------------------------------------------- sandbox
@@ -296,6 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retries", type=int, default=2, help="retries of an infrastructure failure")
     p.add_argument("--backend", default="docker", help="sandbox backend (default: docker)")
     p.add_argument("--ray-address", default=None, help="a Ray cluster to use (default: local Ray)")
+    p.add_argument(
+        "--grading",
+        choices=("official", "strict", "both"),
+        default="official",
+        help="official: swebench's verdict (default); strict: swerl's strict mode, under RUN_ID-strict; both: both reports",
+    )
 
     sandbox = sub.add_parser("sandbox", help="task sandboxes by hand").add_subparsers(
         dest="sub", required=True

@@ -81,6 +81,8 @@ class Episode:
     reward: float | None = None
     reason: str = ""
     grade: dict[str, Any] = field(default_factory=dict)
+    integrity: dict[str, Any] | None = None
+    """Strict grading's findings (stripped paths, missing and skipped tests); None in official mode."""
     where: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     error: str = ""

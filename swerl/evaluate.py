@@ -6,7 +6,9 @@ Each finished instance writes the harness's per-instance logs
 and the run report is then made by swebench's own ``make_run_report`` from those
 logs, so its keys, counts and file name (``<model>.<run_id>.json``) are the
 official ones rather than a copy. A rerun with the same run id skips instances
-that already have a report.json, as the harness does.
+that already have a report.json, as the harness does. ``grading="strict"`` grades
+with swerl's strict mode (see swerl.grading.integrity) under its own run id
+(``<run_id>-strict``), so the two kinds of report never mix.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from swebench.harness.constants import (
 )
 
 from swerl.errors import ConfigError
-from swerl.grading import GradeResult, GradeStatus, grade
+from swerl.grading import GradeResult, GradeStatus, GradingMode, grade
 from swerl.tasks.instance import Instance
 
 PREDICTION_KEYS = ("instance_id", "model_name_or_path", "model_patch")
@@ -164,8 +166,19 @@ def load_predictions(path: str | Path, instances: list[Instance]) -> list[Predic
 
 
 # --------------------------------------------------------------------- grading
+def mode_run_id(run_id: str, grading: str) -> str:
+    """The run id a grading mode's logs and report go under: strict ones apart."""
+    return run_id if GradingMode.parse(grading) is GradingMode.OFFICIAL else f"{run_id}-strict"
+
+
 def _grade_one(
-    instance: Instance, patch: str | None, timeout: float, retries: int, run_id: str, backend: str
+    instance: Instance,
+    patch: str | None,
+    timeout: float,
+    retries: int,
+    run_id: str,
+    backend: str,
+    grading: str = "official",
 ):
     """Runs in a Ray worker: one fresh sandbox per grade, labelled with the run id for reaping."""
     from swerl.grading import docker_factory
@@ -179,7 +192,7 @@ def _grade_one(
         def factory(image: str):
             return make_sandbox(backend, image, cfg)
 
-    return grade(instance, patch, sandbox_factory=factory, retries=retries, timeout=timeout)
+    return grade(instance, patch, sandbox_factory=factory, retries=retries, timeout=timeout, mode=grading)
 
 
 def grade_on_ray(
@@ -192,6 +205,7 @@ def grade_on_ray(
     backend: str = "docker",
     ray_address: str | None = None,
     cpus_per_task: float = 0.25,
+    grading: str = "official",
 ) -> Iterator[tuple[int, GradeResult]]:
     """(index into ``pairs``, result) in completion order, at most ``workers`` in flight."""
     if not pairs:
@@ -207,7 +221,7 @@ def grade_on_ray(
     while todo or inflight:
         while todo and len(inflight) < max(1, workers):
             i, (inst, patch) = todo.pop()
-            inflight[remote.remote(inst, patch, timeout, retries, run_id, backend)] = i
+            inflight[remote.remote(inst, patch, timeout, retries, run_id, backend, grading)] = i
         done, _ = ray.wait(list(inflight), num_returns=1)
         for ref in done:
             i = inflight.pop(ref)
@@ -239,6 +253,8 @@ def write_instance_logs(out: Path, run_id: str, pred: Prediction, result: GradeR
         lines.append(f"{APPLY_PATCH_FAIL}:\n{result.log}")
     if result.error:
         lines.append(result.error)
+    if result.integrity is not None:
+        lines += [f"strict grading: {r}" for r in result.integrity.reasons()] or ["strict grading: clean"]
     lines.append(f"timings: {json.dumps(result.timings)}")
     (d / LOG_INSTANCE).write_text("\n".join(lines) + "\n")
     if result.log and result.status is not GradeStatus.PATCH_FAILED:
@@ -289,8 +305,12 @@ def run_eval(
     ray_address: str | None = None,
     docker_client: Any = None,
     progress: Callable[[str], None] = print,
+    grading: str = "official",
 ) -> EvalRun:
-    """Validate, grade what is not graded yet under ``run_id``, write logs and the official report."""
+    """Validate, grade what is not graded yet under ``run_id``, write logs and the official report.
+
+    ``grading``: ``official`` or ``strict`` (pass ``mode_run_id(run_id, grading)`` to keep them apart).
+    """
     t0 = time.monotonic()
     out = Path(out).resolve()
     preds = load_predictions(predictions_path, instances)
@@ -312,6 +332,7 @@ def run_eval(
             run_id=run_id,
             backend=backend,
             ray_address=ray_address,
+            grading=grading,
         ),
         1,
     ):

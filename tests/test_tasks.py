@@ -206,6 +206,7 @@ def test_generator_is_reproducible(tmp_path):
     for rel in [
         "tasks.jsonl",
         "wrong_patches.jsonl",
+        "adversarial_patches.jsonl",
         *[f"repos/{p.name}" for p in (SUITE / "repos").iterdir()],
     ]:
         assert (copy / rel).read_bytes() == (SUITE / rel).read_bytes(), rel

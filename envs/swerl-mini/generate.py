@@ -22,6 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 
+from adversarial import ADVERSARIAL, CONTROLS, TASK, WRONG  # noqa: E402
 from projects import PROJECTS  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
@@ -61,20 +62,30 @@ def make_repo(repo: str, commits: list, where: Path) -> list[str]:
     return hashes
 
 
-def edit_diff(worktree: Path, edits: list) -> str:
-    """Apply exact (path, old, new) edits, return the diff, restore the tree."""
+def edit_diff(worktree: Path, edits: list, files: dict[str, str | None] | None = None) -> str:
+    """Write ``files`` (None deletes), apply exact (path, old, new) edits, return the
+    diff, restore the tree."""
+    for path, content in (files or {}).items():
+        f = worktree / path
+        if content is None:
+            f.unlink()
+        else:
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(content)
     for path, old, new in edits:
         f = worktree / path
         text = f.read_text()
         if text.count(old) != 1:
             raise SystemExit(f"{path}: edit anchor found {text.count(old)} times: {old!r}")
         f.write_text(text.replace(old, new))
-    diff = git(worktree, "diff", "--no-color", "--no-ext-diff")
-    git(worktree, "checkout", "-q", "--", ".")
+    git(worktree, "add", "-A")
+    diff = git(worktree, "diff", "--cached", "--no-color", "--no-ext-diff")
+    git(worktree, "reset", "-q", "--hard")
+    git(worktree, "clean", "-fdq")
     return diff
 
 
-def build_records(tmp: Path) -> tuple[list[dict], list[dict]]:
+def build_records(tmp: Path) -> tuple[list[dict], list[dict], list[dict]]:
     repos_dir = HERE / "repos"
     repos_dir.mkdir(exist_ok=True)
     hashes = {}
@@ -83,7 +94,7 @@ def build_records(tmp: Path) -> tuple[list[dict], list[dict]]:
         hashes[repo] = make_repo(repo, commits, src)
         bundle = repos_dir / (repo.replace("/", "__") + ".bundle")
         git(src, "bundle", "create", "-q", str(bundle), "main")
-    records, wrong = [], []
+    records, wrong, specs = [], [], {}
     counters: dict[str, int] = {}
     for task in TASKS:
         repo = task["repo"]
@@ -91,6 +102,7 @@ def build_records(tmp: Path) -> tuple[list[dict], list[dict]]:
         iid = f"{repo.replace('/', '__')}-{n}"
         base = hashes[repo][task.get("base", -1)]
         wt = tmp / "wt" / iid
+        specs[iid] = task
         git(tmp, "clone", "-q", str(tmp / repo.replace("/", "__")), str(wt))
         git(wt, "checkout", "-q", base)
         patch = edit_diff(wt, task["gold"])
@@ -122,7 +134,55 @@ def build_records(tmp: Path) -> tuple[list[dict], list[dict]]:
                     "patch": edit_diff(wt, task["wrong"]["edits"]),
                 }
             )
-    return records, wrong
+    return records, wrong, build_adversarial(tmp / "wt" / TASK, specs[TASK])
+
+
+def build_adversarial(wt: Path, task: dict) -> list[dict]:
+    """The patches of adversarial.py, made against the task's base commit."""
+    starts = {None: [], "gold": task["gold"], "wrong": [*task["gold"], *WRONG]}
+    out = []
+    for kind, entries in (("adversarial", ADVERSARIAL), ("control", CONTROLS)):
+        for e in entries:
+            patch = edit_diff(wt, [*starts[e.get("start")], *e.get("edits", [])], e.get("files"))
+            if "fuzz" in e:
+                old, new = e["fuzz"]
+                if patch.count(old) != 1:
+                    raise SystemExit(f"{e['name']}: fuzz anchor found {patch.count(old)} times")
+                patch = patch.replace(old, new)
+            rec = {"name": e["name"], "kind": kind, "instance_id": TASK, "note": e["note"], "patch": patch}
+            out.append(rec | ({"eval_type": e["eval_type"]} if "eval_type" in e else {}))
+    return out
+
+
+def adversarial_instance(records: dict, rec: dict):
+    """The task a record is graded on (its eval_type, when it names one)."""
+    from swerl.tasks.instance import Instance
+
+    base = records[rec["instance_id"]]
+    return Instance.from_dict({**base, "eval_type": rec.get("eval_type", base["eval_type"])})
+
+
+def record_adversarial(records: list[dict], adversarial: list[dict]) -> None:
+    """Grade each adversarial patch and control in both modes; record what happened."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from swerl.grading import docker_factory, grade
+
+    by_id = {r["instance_id"]: r for r in records}
+    factory = docker_factory(timeout=300)
+    jobs = [(rec, mode) for rec in adversarial for mode in ("official", "strict")]
+
+    def run(job: tuple[dict, str]):
+        rec, mode = job
+        return grade(adversarial_instance(by_id, rec), rec["patch"], sandbox_factory=factory, mode=mode)
+
+    with ThreadPoolExecutor(4) as pool:
+        for (rec, mode), res in zip(jobs, pool.map(run, jobs), strict=True):
+            rec[mode] = res.status.value
+            if res.integrity is not None:
+                rec["strict_reasons"] = res.integrity.reasons()
+    for rec in adversarial:
+        print(f"{rec['name']}: official {rec['official']}, strict {rec['strict']}")
 
 
 def record_tests(records: list[dict], wrong: list[dict]) -> None:
@@ -163,10 +223,10 @@ def record_tests(records: list[dict], wrong: list[dict]) -> None:
         print(f"{w['instance_id']} wrong patch: fails {res.failed_tests}")
 
 
-def read_jsonl(path: Path) -> dict[str, dict]:
+def read_jsonl(path: Path, key: str = "instance_id") -> dict[str, dict]:
     if not path.exists():
         return {}
-    return {r["instance_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+    return {r[key]: r for r in map(json.loads, path.read_text().splitlines())}
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -178,9 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-docker", action="store_true", help="do not build images or run tests")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        records, wrong = build_records(Path(tmp))
+        records, wrong, adversarial = build_records(Path(tmp))
     if args.no_docker:  # keep what the last docker run recorded
         old, old_wrong = read_jsonl(HERE / "tasks.jsonl"), read_jsonl(HERE / "wrong_patches.jsonl")
+        old_adv = read_jsonl(HERE / "adversarial_patches.jsonl", key="name")
+        for a in adversarial:
+            a.update({k: v for k, v in old_adv.get(a["name"], {}).items() if k not in a})
         for r in records:
             r.update({k: old.get(r["instance_id"], {}).get(k, []) for k in ("FAIL_TO_PASS", "PASS_TO_PASS")})
         for w in wrong:
@@ -188,8 +251,10 @@ def main(argv: list[str] | None = None) -> int:
             w.update({k: v for k, v in recorded.items() if k not in w})
     else:
         record_tests(records, wrong)
+        record_adversarial(records, adversarial)
     write_jsonl(HERE / "tasks.jsonl", records)
     write_jsonl(HERE / "wrong_patches.jsonl", wrong)
+    write_jsonl(HERE / "adversarial_patches.jsonl", adversarial)
     print(f"wrote {len(records)} tasks, {len(wrong)} wrong patches")
     return 0
 

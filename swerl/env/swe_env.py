@@ -8,6 +8,9 @@ the step or wall-clock limit, or when the agent loops.
 
 Rewards: 1.0 resolved, 0.0 unresolved / patch_failed / empty_patch, and NaN for
 an infrastructure failure (never 0.0) with ``info["status"] == "infra_error"``.
+Grading is ``strict`` by default (a policy must not learn the grader: see
+swerl.grading.integrity), and every sandbox the agent gets holds no git history
+past the base commit (``scrub_history=False`` keeps the image's history).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import math
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 
@@ -25,10 +28,11 @@ from swerl.env.editor import Editor
 from swerl.env.snapshot import EnvSnapshot, SnapshotError, Workspace, apply_workspace, capture_workspace
 from swerl.env.spaces import AnyText
 from swerl.errors import ConfigError, InfraError
-from swerl.grading import GradeResult, GradeStatus, grade
+from swerl.grading import GradeResult, GradeStatus, GradingMode, grade
 from swerl.sandbox import SandboxConfig, make_sandbox
 from swerl.sandbox.base import Sandbox
 from swerl.sandbox.pool import SandboxPool
+from swerl.tasks.history import scrub_history
 from swerl.tasks.instance import Instance, load_instances
 
 REPO_ROOT = "/testbed"
@@ -84,6 +88,8 @@ class SWEEnv(gym.Env[str, str]):
         pool_size: int = 0,
         grade_retries: int = 2,
         grade_timeout: float = 1800.0,
+        grading: Literal["official", "strict"] = "strict",
+        scrub_history: bool = True,
         render_mode: str | None = None,
         backend_options: dict[str, Any] | None = None,
         **limit_overrides: Any,
@@ -107,9 +113,13 @@ class SWEEnv(gym.Env[str, str]):
         self.render_mode = render_mode
         self.grade_retries = grade_retries
         self.grade_timeout = grade_timeout
+        self.grading = GradingMode.parse(grading)
+        self.scrub_history = scrub_history
+        """Drop git history past the base commit from every agent sandbox when it is made."""
         self.observation_space = AnyText(max_length=max(self.limits.observation_chars, 1) + 200_000)
         self.action_space = AnyText(max_length=self.limits.action_chars)
-        self.pool = SandboxPool(self._new_sandbox, size=pool_size) if pool_size else None
+        prepare = self._prepare if scrub_history else None
+        self.pool = SandboxPool(self._new_sandbox, size=pool_size, prepare=prepare) if pool_size else None
         self.task: Instance | None = None
         self.sandbox: Sandbox | None = None
         self.state = EpisodeState()
@@ -127,10 +137,22 @@ class SWEEnv(gym.Env[str, str]):
             self.backend, image, self.sandbox_config.replace(workdir=REPO_ROOT), **self.backend_options
         )
 
+    def _prepare(self, sandbox: Sandbox) -> None:
+        scrub_history(sandbox, REPO_ROOT)
+
     def _acquire(self, image: str) -> Sandbox:
+        """A started agent sandbox; its history is scrubbed when it is made (in the pool,
+        off reset's path), closed again if that fails."""
         if self.pool:
             return self.pool.acquire(image)
-        return self._new_sandbox(image).start()
+        sandbox = self._new_sandbox(image).start()
+        if self.scrub_history:
+            try:
+                self._prepare(sandbox)
+            except BaseException:
+                sandbox.close()
+                raise
+        return sandbox
 
     def _release(self) -> None:
         """Hand the episode's sandbox to a background closer: removal stays off reset's path."""
@@ -331,6 +353,7 @@ class SWEEnv(gym.Env[str, str]):
             sandbox_factory=self._new_sandbox,
             retries=self.grade_retries,
             timeout=self.grade_timeout,
+            mode=self.grading,
         )
         return patch, result
 
@@ -349,6 +372,7 @@ class SWEEnv(gym.Env[str, str]):
                 "status": result.status.value,
                 "tests": result.tests,
                 "grade": result.to_dict(),
+                "integrity": result.integrity.to_dict() if result.integrity else None,
                 "timings": result.timings,
             }
         obs = truncate_middle(obs, self.limits.observation_chars)

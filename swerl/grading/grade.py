@@ -5,13 +5,15 @@ Same patch-apply fallbacks (imported from the harness), same eval script (from
 ``get_eval_report``). What differs is the container lifecycle: one cheap
 sandbox and one command channel instead of a container per ``docker exec``, no
 15 s ``docker stop`` — and infrastructure failures are retried and reported as
-such, never scored.
+such, never scored. ``mode="strict"`` runs the same path with a filter before and
+a stricter reading after (see ``swerl.grading.integrity``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -24,9 +26,19 @@ from swebench.harness.grading import get_eval_report, get_logs_eval
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.image_builder.constants import CONTAINER_WORKDIR
 
-from swerl.errors import InfraError, SandboxError
+from swerl.errors import ConfigError, InfraError, SandboxError
+from swerl.grading.integrity import (
+    STRICT_PREFIX,
+    GradingMode,
+    Integrity,
+    filter_patch,
+    infra_paths,
+    instance_test_files,
+    strict_reading,
+)
 from swerl.grading.result import GradeResult, GradeStatus
 from swerl.sandbox.base import Sandbox, SandboxConfig
+from swerl.tasks.history import scrub_history
 from swerl.tasks.instance import Instance
 
 log = logging.getLogger(__name__)
@@ -50,6 +62,8 @@ class Evaluation:
     apply_output: str = ""
     timed_out: bool = False
     timings: dict[str, float] = field(default_factory=dict)
+    integrity: Integrity | None = None
+    """Strict mode's findings before the run (stripped and restored paths)."""
 
 
 def docker_factory(timeout: float = DEFAULT_TIMEOUT, run_id: str | None = None) -> SandboxFactory:
@@ -67,12 +81,24 @@ def docker_factory(timeout: float = DEFAULT_TIMEOUT, run_id: str | None = None) 
     return make
 
 
-def evaluate(instance: Instance, patch: str, factory: SandboxFactory, timeout: float) -> Evaluation:
+def evaluate(
+    instance: Instance,
+    patch: str,
+    factory: SandboxFactory,
+    timeout: float,
+    mode: GradingMode | str = GradingMode.OFFICIAL,
+) -> Evaluation:
     """Apply ``patch`` (if any) and run the eval script in a fresh sandbox.
 
-    Raises InfraError when the sandbox fails; anything the patch causes is data.
+    Strict mode first drops the git history past the base commit (the patch's code
+    could fetch the fix from it), strips test infrastructure from the patch, resets
+    what the applied patch still changed of it, and runs the script without user
+    site-packages or a pytest cache. Raises InfraError when the sandbox fails;
+    anything the patch causes is data.
     """
     spec = instance.test_spec()
+    strict = GradingMode.parse(mode) is GradingMode.STRICT
+    integrity = Integrity() if strict else None
     timings: dict[str, float] = {}
     t = time.monotonic()
     sb = factory(spec.image)
@@ -80,22 +106,76 @@ def evaluate(instance: Instance, patch: str, factory: SandboxFactory, timeout: f
         sb.start()
         timings["start"] = time.monotonic() - t
         t = time.monotonic()
+        if integrity is not None:
+            scrub_history(sb, CONTAINER_WORKDIR)
+            timings["scrub"] = time.monotonic() - t
+            t = time.monotonic()
+            try:
+                patch, integrity.stripped = filter_patch(
+                    patch, instance_test_files(instance.test_patch), lambda p: _read_text(sb, p)
+                )
+            except ConfigError as e:
+                return Evaluation(False, apply_output=str(e), timings=timings, integrity=integrity)
+            timings["filter"] = time.monotonic() - t
+            t = time.monotonic()
         applied, apply_output = (True, "") if not patch else _apply(sb, patch)
         timings["apply"] = time.monotonic() - t
         if not applied:
-            return Evaluation(False, apply_output=apply_output, timings=timings)
+            return Evaluation(False, apply_output=apply_output, timings=timings, integrity=integrity)
+        if integrity is not None:
+            t = time.monotonic()
+            integrity.restored = _restore_infra(sb, instance)
+            timings["restore"] = time.monotonic() - t
         t = time.monotonic()
         _write(sb, EVAL_SCRIPT_PATH, spec.eval_script.encode())
-        r = sb.execute(f"/bin/bash {EVAL_SCRIPT_PATH}", cwd=CONTAINER_WORKDIR, timeout=timeout)
+        command = f"{STRICT_PREFIX if strict else ''}/bin/bash {EVAL_SCRIPT_PATH}"
+        r = sb.execute(command, cwd=CONTAINER_WORKDIR, timeout=timeout)
         timings["eval"] = time.monotonic() - t
         text = r.output
         if r.timed_out:  # what run_instance appends, so the log reads the same
             text += f"\n\nTimeout error: {timeout} seconds exceeded."
-        return Evaluation(True, text, apply_output, r.timed_out, timings)
+        return Evaluation(True, text, apply_output, r.timed_out, timings, integrity)
     finally:
         t = time.monotonic()
         sb.close()
         timings["close"] = time.monotonic() - t
+
+
+def _read_text(sb: Sandbox, path: str) -> str | None:
+    """A file of the repo as it is now (the base commit, before the patch), or None."""
+    try:
+        return sb.read_file(f"{CONTAINER_WORKDIR}/{path}").decode("utf-8", "replace")
+    except (OSError, SandboxError):
+        return None
+
+
+_SPLIT = "//"  # not a path git can print: separates tracked from untracked names
+
+
+def _restore_infra(sb: Sandbox, instance: Instance) -> list[str]:
+    """Reset every test/infrastructure path the applied patch changed (e.g. through a
+    symlink, or a fuzzy apply) to the base commit; remove the ones it created."""
+    base = shlex.quote(instance.base_commit)
+    r = sb.execute(
+        f"git diff --name-only --no-renames -z {base} && printf '\\0{_SPLIT}\\0' "
+        "&& git ls-files -z --others --exclude-standard",
+        cwd=CONTAINER_WORKDIR,
+    )
+    if not r.ok:
+        raise SandboxError(f"cannot list what the patch changed: {r.output[-500:]}")
+    changed = [p for p in r.output.split("\0") if p and p != _SPLIT]
+    bad = infra_paths(changed, instance_test_files(instance.test_patch))
+    if bad:
+        loop = (
+            f'for p in "$@"; do if git cat-file -e {base}:"$p" 2>/dev/null; '
+            f'then git checkout -q {base} -- "$p"; else rm -rf -- "$p"; fi; done'
+        )
+        r = sb.execute(
+            f"bash -c {shlex.quote(loop)} restore {' '.join(map(shlex.quote, bad))}", cwd=CONTAINER_WORKDIR
+        )
+        if not r.ok:
+            raise SandboxError(f"cannot restore test files to the base commit: {r.output[-500:]}")
+    return bad
 
 
 def _write(sb: Sandbox, path: str, data: bytes) -> None:
@@ -142,8 +222,13 @@ def grade(
     sandbox_factory: SandboxFactory | None = None,
     retries: int = 2,
     timeout: float = DEFAULT_TIMEOUT,
+    mode: GradingMode | str = GradingMode.OFFICIAL,
 ) -> GradeResult:
     """Grade ``patch`` for ``instance`` in a fresh sandbox of its image.
+
+    ``mode``: ``official`` is swebench's verdict; ``strict`` is for training (test
+    infrastructure stripped, a skip is not a pass, see ``swerl.grading.integrity``),
+    its findings in ``GradeResult.integrity``.
 
     A patch that does not apply is patch_failed, failing tests are unresolved (both
     0.0). An InfraError is retried ``retries`` times, then reported as infra_error
@@ -151,14 +236,15 @@ def grade(
     (as in swebench, it is not resolved); a channel that stops answering is infra.
     """
     iid = instance.instance_id
+    mode = GradingMode.parse(mode)
     if patch is None or not patch.strip():
-        return GradeResult(iid, GradeStatus.EMPTY_PATCH, error="empty patch")
+        return GradeResult(iid, GradeStatus.EMPTY_PATCH, error="empty patch", mode=mode.value)
     factory = sandbox_factory or docker_factory(timeout)
     errors: list[str] = []
     t0 = time.monotonic()
     for attempt in range(1, retries + 2):
         try:
-            ev = evaluate(instance, patch, factory, timeout)
+            ev = evaluate(instance, patch, factory, timeout, mode)
         except InfraError as e:
             log.warning("grading %s: attempt %d: infra error: %s", iid, attempt, e)
             errors.append(f"attempt {attempt}: {type(e).__name__}: {e}")
@@ -168,8 +254,15 @@ def grade(
             return GradeResult(
                 iid, GradeStatus.PATCH_FAILED, log=ev.apply_output, timings=timings,
                 error="patch does not apply (every harness fallback failed)", attempts=attempt,
+                mode=mode.value, integrity=ev.integrity,
             )  # fmt: skip
         status, status_map, report = judge(instance, patch, ev.log)
+        if ev.integrity is not None:
+            if ev.timed_out:
+                ev.integrity.refused.append(f"tests timed out after {timeout:g} s")
+            reading = strict_reading(instance.test_spec(), patch, ev.log, status_map, ev.integrity)
+            status = GradeStatus.RESOLVED if reading.resolved else GradeStatus.UNRESOLVED
+            status_map, report = reading.tests, reading.report
         tests_status = report.get("tests_status", {})
         error = ""
         if ev.timed_out:
@@ -189,6 +282,8 @@ def grade(
             error=error,
             attempts=attempt,
             report=report,
+            mode=mode.value,
+            integrity=ev.integrity,
         )
     return GradeResult(
         iid,
@@ -196,6 +291,7 @@ def grade(
         timings={"total": time.monotonic() - t0},
         error="\n".join(errors),
         attempts=retries + 1,
+        mode=mode.value,
     )
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swerl.grading.integrity import Integrity
 
 
 class GradeStatus(str, enum.Enum):
@@ -44,7 +47,12 @@ class GradeResult:
     error: str = ""
     attempts: int = 0
     report: dict[str, Any] = field(default_factory=dict)
-    """swebench's ``get_eval_report`` entry for this instance, as it gave it."""
+    """swebench's ``get_eval_report`` entry for this instance, as it gave it (strict
+    mode: read from the marked test output only, ``resolved`` and the lists strict)."""
+    mode: str = "official"
+    """``official`` (swebench's verdict) or ``strict`` (see swerl.grading.integrity)."""
+    integrity: Integrity | None = None
+    """Strict mode only: what it stripped, restored or refused."""
 
     @property
     def reward(self) -> float | None:
@@ -70,4 +78,6 @@ class GradeResult:
             "timings": self.timings,
             "error": self.error,
             "attempts": self.attempts,
+            "mode": self.mode,
+            "integrity": self.integrity.to_dict() if self.integrity else None,
         }

@@ -37,6 +37,7 @@ class EpisodeRecorder:
         ep.reason = info.get("reason", "")
         ep.patch = info.get("patch", "")
         ep.grade = info.get("grade", {})
+        ep.integrity = info.get("integrity")
         ep.error = info.get("error", "")
         timings = info.get("timings", {})
         ep.timings["grade"] = float(timings.get("total", 0.0))

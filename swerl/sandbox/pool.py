@@ -19,8 +19,17 @@ log = logging.getLogger(__name__)
 
 
 class SandboxPool:
-    def __init__(self, factory: Callable[[str], Sandbox], size: int = 1, workers: int = 2) -> None:
+    def __init__(
+        self,
+        factory: Callable[[str], Sandbox],
+        size: int = 1,
+        workers: int = 2,
+        prepare: Callable[[Sandbox], None] | None = None,
+    ) -> None:
+        """``prepare`` runs on each sandbox right after it starts (e.g. scrubbing the
+        repo's history), so for warm sandboxes it is off the acquirer's path."""
         self.factory = factory
+        self.prepare = prepare
         self.size = max(0, size)
         self._idle: dict[str, deque[Sandbox]] = defaultdict(deque)
         self._pending: dict[str, int] = defaultdict(int)
@@ -46,7 +55,17 @@ class SandboxPool:
             return sandbox
         if sandbox is not None:
             sandbox.close()
-        return self.factory(image).start()
+        return self._started(image)
+
+    def _started(self, image: str) -> Sandbox:
+        sandbox = self.factory(image).start()
+        if self.prepare is not None:
+            try:
+                self.prepare(sandbox)
+            except BaseException:
+                sandbox.close()
+                raise
+        return sandbox
 
     def idle(self, image: str) -> int:
         with self._cond:
@@ -60,7 +79,7 @@ class SandboxPool:
     def _start_one(self, image: str) -> None:
         sandbox: Sandbox | None = None
         try:
-            sandbox = self.factory(image).start()
+            sandbox = self._started(image)
         except BaseException as e:
             log.warning("warm pool: cannot start a sandbox of %s: %s", image, e)
             self.last_error = e

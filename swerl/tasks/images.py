@@ -280,3 +280,68 @@ def require_task_image(instance: object, client: object | None = None) -> str:
             "run `swerl tasks build-images SUITE` (or swerl.tasks.images.build_task_images)"
         )
     return name
+
+
+HISTORY_DOCKERFILE = """\
+FROM {base}
+COPY repo /testbed
+WORKDIR /testbed
+CMD ["bash"]
+"""
+
+
+def build_history_image(
+    instance: object, client: object | None = None, bundles: list[Path] | None = None
+) -> tuple[str, str]:
+    """A task image that still holds the answer, shaped like SWE-bench's; returns (image, fix commit).
+
+    SWE-bench images clone the whole repo and ``git reset --hard`` to the base commit,
+    so the fix stays reachable. Here: the gold and test patches committed on main
+    past the base commit, a tag on that commit, a stash, a remote-tracking branch,
+    then ``git reset --hard`` back to the base (ORIG_HEAD and the reflog keep the
+    fix). What :mod:`swerl.tasks.history` must scrub; reused when built already.
+    """
+    import io
+    import tarfile
+
+    from swerl.sandbox.docker import connect
+
+    client = client or connect()
+    base = build_base_image(client=client)
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "swerl", "GIT_AUTHOR_EMAIL": "swerl@localhost", "GIT_AUTHOR_DATE": "2024-06-01T12:00:00Z",
+           "GIT_COMMITTER_NAME": "swerl", "GIT_COMMITTER_EMAIL": "swerl@localhost",
+           "GIT_COMMITTER_DATE": "2024-06-01T12:00:00Z"}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="swerl-history-") as tmp:
+        repo = Path(tmp) / "repo"
+
+        def git(*args: str, stdin: str | None = None) -> str:
+            return subprocess.run(["git", *args], cwd=repo, env=env, input=stdin, check=True,
+                                  capture_output=True, text=True).stdout.strip()  # fmt: skip
+
+        bundle = repo_bundle(instance.repo, bundles)  # type: ignore[attr-defined]
+        subprocess.run(["git", "clone", "-q", "-b", "main", str(bundle), str(repo)], env=env, check=True)
+        git("reset", "-q", "--hard", instance.base_commit)  # type: ignore[attr-defined]
+        for p in (instance.patch, instance.test_patch):  # type: ignore[attr-defined]
+            git("apply", "-", stdin=p)
+        git("add", "-A")
+        git("commit", "-qm", "Fix the issue")
+        fix = git("rev-parse", "HEAD")
+        git("tag", "v9.9", fix)
+        (repo / "WIP.md").write_text("work in progress\n")
+        git("stash", "push", "-q", "-u")
+        git("reset", "-q", "--hard", instance.base_commit)  # type: ignore[attr-defined]
+        name = f"swerl-history:{instance.instance_id.lower()}-{fix[:12]}"  # type: ignore[attr-defined]
+        if _image_exists(client, name):
+            return name, fix
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            data = HISTORY_DOCKERFILE.format(base=base).encode()
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            tar.add(repo, arcname="repo")
+        buf.seek(0)
+        client.images.build(fileobj=buf, custom_context=True, tag=name, pull=False, network_mode="none", rm=True,  # type: ignore[attr-defined]
+                            labels={"swerl.instance": instance.instance_id})  # type: ignore[attr-defined]  # fmt: skip
+    return name, fix

@@ -1,0 +1,399 @@
+"""Reward integrity: strict grading's filter and reading, the adversarial suite, no answer in the sandbox."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from swerl.errors import ConfigError
+from swerl.grading import GradeStatus, Integrity, docker_factory, grade, judge
+from swerl.grading.integrity import filter_patch, infra_reason, strict_reading
+from swerl.tasks.instance import Instance, select
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "envs" / "swerl-mini"
+ADVERSARIAL = [json.loads(line) for line in (SUITE / "adversarial_patches.jsonl").read_text().splitlines()]
+ATTACKS = [r for r in ADVERSARIAL if r["kind"] == "adversarial"]
+CONTROLS = [r for r in ADVERSARIAL if r["kind"] == "control"]
+
+
+# ------------------------------------------------------------------ the filter
+@pytest.mark.parametrize(
+    ("path", "tests", "infra"),
+    [
+        ("conftest.py", [], True),
+        ("src/pkg/conftest.py", [], True),
+        ("tests/__init__.py", [], True),
+        ("pkg/tests/helpers.py", [], True),
+        ("testing/test_foo.py", [], True),
+        ("testing/util.py", ["testing/test_foo.py"], True),  # pytest's own layout: its tests live there
+        ("testing/util.py", [], False),
+        ("django/test/testcases.py", ["tests/foo/tests.py"], False),  # library code, not tests
+        ("numpy/testing/utils.py", [], False),
+        ("pytest.ini", [], True),
+        ("tox.ini", [], True),
+        ("sitecustomize.py", [], True),
+        ("lib/usercustomize.py", [], True),
+        ("evil.pth", [], True),
+        ("pytest.py", [], True),
+        ("_pytest/hooks.py", [], True),
+        ("src/_pytest/python.py", [], False),  # pytest's own source, not a shadow of it
+        ("pkg.egg-info/entry_points.txt", [], True),
+        ("textkit/slug.py", ["tests/test_slug.py"], False),
+        ("README.md", [], False),
+        ("pyproject.toml", [], False),  # filtered hunk by hunk instead
+    ],
+)
+def test_which_paths_are_test_infrastructure(path, tests, infra):
+    assert bool(infra_reason(path, tests)) is infra, infra_reason(path, tests)
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+PYPROJECT = """[project]
+name = "pkg"
+dependencies = []
+version = "1.0"
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+filterwarnings = ["error"]
+markers = ["slow"]
+"""
+SETUP_CFG = """[metadata]
+name = pkg
+version = 1.0
+
+[tool:pytest]
+testpaths = tests
+markers = slow
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "base", "edits"),
+    [
+        (
+            "pyproject.toml",
+            PYPROJECT,
+            [("dependencies = []", 'dependencies = ["attrs"]'), ('markers = ["slow"]', 'markers = ["slow"]\naddopts = "-p evil"')],
+        ),
+        ("setup.cfg", SETUP_CFG, [("version = 1.0", "version = 1.1"), ("markers = slow", "markers = slow\naddopts = -p evil")]),
+    ],
+)  # fmt: skip
+def test_only_the_pytest_hunks_of_a_config_file_are_stripped(tmp_path, name, base, edits):
+    """The hunk adding addopts mentions no pytest in its lines: its section says so."""
+    _git(tmp_path, "init", "-q")
+    (tmp_path / name).write_text(base)
+    (tmp_path / "pkg.py").write_text("X = 1\n")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    text = base
+    for old, new in edits:
+        text = text.replace(old, new)
+    (tmp_path / name).write_text(text)
+    (tmp_path / "conftest.py").write_text("def pytest_configure(config): pass\n")
+    (tmp_path / "pkg.py").write_text("X = 2\n")
+    _git(tmp_path, "add", "-A")
+    patch = _git(tmp_path, "diff", "--cached", "-U1")
+    _git(tmp_path, "reset", "-q", "--hard")
+    kept, stripped = filter_patch(patch, [], lambda p: (tmp_path / p).read_text())
+    assert set(stripped) == {name, "conftest.py"}
+    assert "1 of 2 hunk" in stripped[name]
+    (tmp_path / "kept.diff").write_text(kept)
+    _git(tmp_path, "apply", "kept.diff")
+    result = (tmp_path / name).read_text()
+    assert edits[0][1] in result and "addopts" not in result
+    assert (tmp_path / "pkg.py").read_text() == "X = 2\n" and not (tmp_path / "conftest.py").exists()
+
+
+def test_a_clean_patch_passes_byte_for_byte_and_garbage_is_refused(suite):
+    inst = select(suite, ["swerl__textkit-1"])[0]
+    assert filter_patch(inst.patch, [], lambda p: None) == (inst.patch, {})
+    with pytest.raises(ConfigError, match="cannot parse the patch"):
+        filter_patch("diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n-a\n", [], lambda p: None)
+
+
+# ----------------------------------------------------------------- the reading
+def _log(body: str, exit_code: int = 0, before: str = "", after: str = "") -> str:
+    return (
+        f"+ cd /testbed\n{before}+ : '>>>>> Start Test Output'\n+ python3 -m pytest -rA tests/test_slug.py\n"
+        f"{body}+ SWEBENCH_TEST_EXIT_CODE={exit_code}\n+ : '>>>>> End Test Output'\n"
+        f"+ echo '>>>>> Test Exit Code: {exit_code}'\n>>>>> Test Exit Code: {exit_code}\n{after}"
+    )
+
+
+def _lines(inst: Instance, status: dict[str, str] | None = None) -> str:
+    status = status or {}
+    return "".join(f"{status.get(t, 'PASSED')} {t}\n" for t in [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS])
+
+
+def _both(inst: Instance, log: str) -> tuple[bool, bool, Integrity]:
+    official, tests, _ = judge(inst, "x", log)
+    integrity = Integrity()
+    reading = strict_reading(inst.test_spec(), "x", log, tests, integrity)
+    return official is GradeStatus.RESOLVED, reading.resolved, integrity
+
+
+@pytest.fixture(scope="module")
+def tk1(suite) -> Instance:
+    return select(suite, ["swerl__textkit-1"])[0]
+
+
+def test_reading_a_clean_pass_agrees(tk1):
+    assert _both(tk1, _log(_lines(tk1))) == (True, True, Integrity())
+
+
+def test_a_skipped_pass_to_pass_test_is_kept_officially_but_not_strictly(tk1):
+    p2p = tk1.PASS_TO_PASS[0]
+    official, strict, integrity = _both(tk1, _log(_lines(tk1, {p2p: "SKIPPED"})))
+    assert (official, strict, integrity.skipped) == (True, False, [p2p])
+
+
+def test_an_xfail_fail_to_pass_test_is_not_a_strict_pass(tk1):
+    f2p = tk1.FAIL_TO_PASS[0]
+    official, strict, integrity = _both(tk1, _log(_lines(tk1, {f2p: "XFAIL"})))
+    assert (official, strict, integrity.skipped) == (True, False, [f2p])
+
+
+def test_results_outside_the_markers_are_not_read(tk1):
+    """Nothing parses between the markers: the official reading falls back to the whole log."""
+    official, strict, integrity = _both(tk1, _log("collected 0 items\n", after=_lines(tk1)))
+    assert (official, strict) == (True, False)
+    assert integrity.outside_markers and set(integrity.missing) == {*tk1.FAIL_TO_PASS, *tk1.PASS_TO_PASS}
+
+
+def test_a_second_marker_is_refused(tk1):
+    log = _log(_lines(tk1), before="+ echo '>>>>> End Test Output'\n>>>>> End Test Output\n")
+    _, strict, integrity = _both(tk1, log)
+    assert not strict and "1 start and 3 end marker" in " ".join(integrity.refused)
+
+
+def test_conflicting_lines_for_a_test_are_not_a_pass(tk1):
+    f2p = tk1.FAIL_TO_PASS[0]
+    official, strict, integrity = _both(tk1, _log(f"FAILED {f2p} - assert 1 == 2\n" + _lines(tk1)))
+    assert (official, strict, integrity.conflicting) == (True, False, [f2p])
+
+
+def test_fail_only_needs_a_clean_exit_instead_of_presence(tk1):
+    inst = Instance.from_dict({**tk1.to_dict(), "eval_type": "fail_only"})
+    collection_error = "ERROR tests/test_slug.py - SyntaxError: expected ':'\n"
+    official, strict, integrity = _both(inst, _log(collection_error, exit_code=2))
+    assert (official, strict) == (True, False)
+    assert "exited 2" in " ".join(integrity.refused)
+    assert _both(inst, _log(_lines(inst)))[:2] == (True, True)
+
+
+# -------------------------------------------------- the adversarial suite (Docker)
+@pytest.fixture(scope="module")
+def suite_grades(suite, task_images, run_id):
+    """Every adversarial patch and control graded in both modes, four at a time."""
+    by_id = {i.instance_id: i for i in suite}
+    factory = docker_factory(timeout=120, run_id=run_id)
+    jobs = [(r, mode) for r in ADVERSARIAL for mode in ("official", "strict")]
+
+    def run(job):
+        rec, mode = job
+        base = by_id[rec["instance_id"]]
+        inst = Instance.from_dict({**base.to_dict(), "eval_type": rec.get("eval_type", base.eval_type)})
+        return grade(inst, rec["patch"], sandbox_factory=factory, mode=mode)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, jobs))
+    return {(rec["name"], mode): res for (rec, mode), res in zip(jobs, results, strict=True)}
+
+
+@pytest.mark.parametrize("rec", ATTACKS, ids=[r["name"] for r in ATTACKS])
+def test_every_attack_scores_zero_in_strict_mode_with_a_reason(suite_grades, rec):
+    res = suite_grades[rec["name"], "strict"]
+    assert (res.reward, res.mode) == (0.0, "strict"), res.log[-2000:]
+    assert res.integrity is not None and res.integrity.reasons(), "strict mode must say what it refused"
+    assert res.to_dict()["integrity"] == res.integrity.to_dict()
+
+
+@pytest.mark.parametrize("rec", ADVERSARIAL, ids=[r["name"] for r in ADVERSARIAL])
+def test_official_verdicts_are_the_recorded_ones(suite_grades, rec):
+    """The README's table of which attacks fool the official reading stays true."""
+    res = suite_grades[rec["name"], "official"]
+    assert (res.status.value, res.mode, res.integrity) == (rec["official"], "official", None)
+
+
+@pytest.mark.parametrize("rec", CONTROLS, ids=[r["name"] for r in CONTROLS])
+def test_legitimate_controls_score_one_in_both_modes(suite_grades, rec):
+    assert suite_grades[rec["name"], "official"].reward == 1.0
+    assert suite_grades[rec["name"], "strict"].reward == 1.0, suite_grades[rec["name"], "strict"].log[-2000:]
+
+
+def test_readme_table_is_the_recorded_one():
+    readme = (ROOT / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \| [^|]+ \| (yes|no) \|", readme, re.M))
+    assert rows == {r["name"]: "yes" if r["official"] == "resolved" else "no" for r in ATTACKS}
+
+
+def test_strict_mode_resolves_every_gold_patch(suite, factory_strict):
+    with ThreadPoolExecutor(4) as pool:
+        results = list(
+            pool.map(lambda i: grade(i, i.patch, sandbox_factory=factory_strict, mode="strict"), suite)
+        )
+    assert [r.status for r in results] == [GradeStatus.RESOLVED] * len(suite), [r.error for r in results]
+    assert all(r.integrity is not None and r.integrity.clean for r in results)
+
+
+@pytest.fixture(scope="module")
+def factory_strict(task_images, run_id):
+    return docker_factory(timeout=120, run_id=run_id)
+
+
+def test_unknown_mode_is_a_clear_error(suite):
+    from swerl.config import load_config
+
+    with pytest.raises(ConfigError, match="grading must be one of official, strict"):
+        grade(suite[0], suite[0].patch, mode="lenient")
+    with pytest.raises(ConfigError, match=r"env\.grading"):
+        load_config(None, ["env.grading=lenient"])
+    assert load_config(None, []).env.grading == "strict"
+    assert load_config(None, ["env.scrub_history=false"]).env.scrub_history is False
+
+
+# ------------------------------------------------------- no answer in the sandbox
+@pytest.fixture(scope="module")
+def history_task(suite, base_image, docker_client):
+    """textkit-1 in an image that holds the fix commit, a tag past it, a stash and the reflog."""
+    from swerl.tasks.images import build_history_image
+
+    inst = select(suite, ["swerl__textkit-1"])[0]
+    image, fix = build_history_image(inst, client=docker_client)
+    return Instance.from_dict({**inst.to_dict(), "image": image}), fix
+
+
+def _probe(sb, fix: str) -> dict[str, str]:
+    cmds = {
+        "log": "git log --all --format=%H",
+        "refs": "git for-each-ref; git stash list; git reflog",
+        "fix": f"git cat-file -t {fix} 2>/dev/null || echo missing",
+        "pickaxe": "git log --all --format=%H -S'[^a-z0-9]+'",
+        "unreachable": "git fsck --unreachable --no-reflogs 2>&1",
+        "special": "ls .git/ORIG_HEAD .git/FETCH_HEAD .git/logs 2>/dev/null || true",
+        "status": "git rev-parse HEAD && git status --porcelain",
+    }
+    return {k: sb.execute(c, cwd="/testbed").output.strip() for k, c in cmds.items()}
+
+
+@pytest.mark.parametrize("pool_size", [0, 1])
+def test_an_agent_sandbox_holds_nothing_past_the_base_commit(history_task, sandbox_config, pool_size):
+    from swerl.env import SWEEnv
+
+    inst, fix = history_task
+    with SWEEnv([inst], sandbox_config=sandbox_config, pool_size=pool_size) as env:
+        env.reset(options={"task": inst.instance_id})
+        seen = _probe(env.sandbox, fix)
+    log = seen["log"].split()
+    assert len(log) == 2 and log[0] == inst.base_commit, "the base commit and its one parent, nothing else"
+    assert seen["refs"].splitlines() == [f"{inst.base_commit} commit\trefs/heads/main"]
+    assert seen["fix"] == "missing" and seen["pickaxe"] == "" and seen["unreachable"] == ""
+    assert seen["special"] == "" and seen["status"] == inst.base_commit
+
+
+def test_enroot_sandboxes_are_scrubbed_too(history_task, sandbox_config, enroot_double):
+    """The scrub is a script through the sandbox protocol, so every backend gets it."""
+    from swerl.env import SWEEnv
+
+    inst, fix = history_task
+    with SWEEnv([inst], backend="enroot", sandbox_config=sandbox_config) as env:
+        env.reset(options={"task": inst.instance_id})
+        seen = _probe(env.sandbox, fix)
+    assert seen["fix"] == "missing" and seen["pickaxe"] == "" and seen["status"] == inst.base_commit
+
+
+def test_opting_out_keeps_the_history(history_task, sandbox_config):
+    from swerl.env import SWEEnv
+
+    inst, fix = history_task
+    with SWEEnv([inst], sandbox_config=sandbox_config, scrub_history=False) as env:
+        env.reset(options={"task": inst.instance_id})
+        assert _probe(env.sandbox, fix)["fix"] == "commit"
+
+
+READS_HISTORY = "\n".join(
+    [
+        "diff --git a/textkit/__init__.py b/textkit/__init__.py",
+        "--- a/textkit/__init__.py",
+        "+++ b/textkit/__init__.py",
+        "@@ -1,4 +1,11 @@",
+        ' """Small text utilities."""',
+        "+import pathlib",
+        "+import subprocess",
+        "+",
+        "+_repo = pathlib.Path(__file__).resolve().parents[1]",
+        '+_log = ["git", "log", "--all", "--format=%H", "-S", "[^a-z0-9]+"]',
+        "+for _fix in subprocess.run(_log, cwd=_repo, capture_output=True, text=True).stdout.split()[:1]:",
+        '+    subprocess.run(["git", "checkout", _fix, "--", "textkit/slug.py"], cwd=_repo)',
+        " ",
+        " from textkit.slug import slugify",
+        " from textkit.wrap import truncate, wrap",
+        "",
+    ]
+)
+
+
+def test_a_patch_that_fetches_the_fix_from_history_fools_only_official(history_task, factory_strict):
+    """The patch's code runs during grading: strict mode scrubs the grading sandbox too."""
+    inst, _ = history_task
+    official = grade(inst, READS_HISTORY, sandbox_factory=factory_strict)
+    strict = grade(inst, READS_HISTORY, sandbox_factory=factory_strict, mode="strict")
+    assert (official.status, strict.status) == (GradeStatus.RESOLVED, GradeStatus.UNRESOLVED)
+    assert grade(inst, inst.patch, sandbox_factory=factory_strict, mode="strict").resolved
+
+
+def test_strict_env_records_integrity_in_the_episode(tasks, sandbox_config):
+    from swerl.env import SWEEnv
+    from swerl.rollout.recorder import EpisodeRecorder
+
+    conftest = next(r for r in ATTACKS if r["name"] == "conftest-forces-pass")["patch"]
+    inst = select(tasks, ["swerl__textkit-1"])[0]
+    rewards = {}
+    for grading in ("strict", "official"):
+        with SWEEnv([inst], sandbox_config=sandbox_config, grading=grading) as env:
+            assert env.grading.value == grading
+            env.reset(options={"task": inst.instance_id})
+            env.sandbox.write_file("/tmp/p.diff", conftest.encode())
+            assert env.sandbox.execute("git apply /tmp/p.diff", cwd="/testbed").ok
+            _, rewards[grading], *_, info = env.step(json.dumps({"tool": "submit"}))
+        rec = EpisodeRecorder(inst.instance_id, 0, {})
+        episode = rec.finish(rewards[grading], info)
+        if grading == "strict":
+            assert episode.integrity["stripped"] == {"conftest.py": "pytest conftest"}
+            assert episode.grade["mode"] == "strict"
+        else:
+            assert episode.integrity is None
+    assert rewards == {"strict": 0.0, "official": 1.0}
+    assert inspect.signature(SWEEnv).parameters["grading"].default == "strict"
+
+
+def test_eval_grading_both_writes_both_reports(tasks, tmp_path):
+    from test_cli import run_cli
+
+    attack = next(r for r in ATTACKS if r["name"] == "conftest-forces-pass")
+    gold = select(tasks, ["swerl__textkit-2"])[0].patch
+    preds = [
+        {"instance_id": attack["instance_id"], "model_name_or_path": "m", "model_patch": attack["patch"]},
+        {"instance_id": "swerl__textkit-2", "model_name_or_path": "m", "model_patch": gold},
+    ]
+    (tmp_path / "preds.json").write_text(json.dumps(preds))
+    r = run_cli("eval", "preds.json", "--run-id", "b1", "--grading", "both", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    official, strict = (json.loads((tmp_path / f"m.{rid}.json").read_text()) for rid in ("b1", "b1-strict"))
+    assert (official, strict) == (data["official"]["report"], data["strict"]["report"])
+    assert official["resolved_ids"] == ["swerl__textkit-1", "swerl__textkit-2"]
+    assert strict["resolved_ids"] == ["swerl__textkit-2"] and strict["unresolved_ids"] == ["swerl__textkit-1"]
+    log = tmp_path / "logs/run_evaluation/b1-strict/m/swerl__textkit-1/run_instance.log"
+    assert "strict grading: stripped conftest.py (pytest conftest)" in log.read_text()
