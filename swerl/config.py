@@ -56,7 +56,9 @@ def parameters_of(func: Callable[..., Any], *names: str) -> dict[str, tuple[Any,
 # The sandbox's run id is the runner's to set, and its workdir the env's (the repo).
 SandboxSection = section_of("SandboxSection", SandboxConfig, exclude=("run_id", "workdir"))
 EnvSection = section_of(
-    "EnvSection", Limits, **parameters_of(SWEEnv.__init__, "pool_size", "grade_retries", "grade_timeout")
+    "EnvSection",
+    Limits,
+    **parameters_of(SWEEnv.__init__, "pool_size", "grade_retries", "grade_timeout", "interpreter"),
 )
 
 

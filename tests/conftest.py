@@ -93,3 +93,12 @@ def enroot_double(tmp_path_factory, run_id):
     from enroot_double import use_double
 
     yield from use_double(tmp_path_factory.mktemp("enroot"), run_id)
+
+
+@pytest.fixture(scope="session")
+def swebench_shaped(tasks, task_images, docker_client):
+    """(task, image): a bundled task and its image reshaped like SWE-bench's (tests/swebench_shaped.py)."""
+    from swebench_shaped import build
+
+    task = tasks[0]
+    return task, build(docker_client, task_images[task.instance_id])
