@@ -7,6 +7,8 @@ cleanup), and a DefaultAgent run from mini's unchanged swebench.yaml, graded.
 
 from __future__ import annotations
 
+import os
+
 import docker.errors
 import pytest
 import yaml
@@ -178,3 +180,13 @@ def test_default_agent_from_minis_swebench_yaml_resolves(swebench_shaped, run_id
     assert "<returncode>0</returncode>\n<output>\ntestbed" in observations[1]
     graded = grade(task, result["submission"], sandbox_factory=docker_factory(run_id=run_id))
     assert graded.status == GradeStatus.RESOLVED, graded.log[-2000:]
+
+
+def test_owns_a_sandbox_on_another_backend(base_image, run_id, enroot_double):
+    env = MiniSweEnvironment(image=base_image, backend="enroot", sandbox_config={"run_id": run_id})
+    try:
+        assert env.sandbox.backend == "enroot" and env.container_id == env.sandbox.name
+        assert env.execute({"command": "echo $((6 * 7)) in $PWD"})["output"] == "42 in /\n"
+    finally:
+        env.cleanup()
+    assert env.container_id not in os.listdir(enroot_double / "data")
