@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import re
 import subprocess
 import weakref
@@ -331,8 +332,6 @@ class MiniSweEnvironment:
 
     # ------------------------------------------------------- what mini reads
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
-        import platform
-
         merge = _mini().utils.serialize.recursive_merge
         return merge(self.config.model_dump(), platform.uname()._asdict(), kwargs)
 
