@@ -117,6 +117,9 @@ def test_keyword_config_alone_gives_minis_contract(base_image, run_id, docker_cl
         out = run({"command": "yes"})
         assert out["returncode"] == -1 and out["extra"]["exception_type"] == "OutputLimitExceeded"
         assert run({"command": "echo alive"})["output"] == "alive\n"
+        out = run({"command": 'kill -9 "$(ps -o ppid= -p $PPID)"'})  # the command server itself
+        assert out["returncode"] == -1 and out["extra"]["exception_type"] == "SandboxRestarted"
+        assert "restarted" in out["exception_info"] and run({"command": "cat /tmp/child"})["returncode"] == 0
 
         with pytest.raises(Submitted) as done:
             run({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; echo the-answer"})
