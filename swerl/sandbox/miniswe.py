@@ -155,7 +155,7 @@ def _flag_values(run_args: list[str]) -> list[tuple[str, str, str]]:
 
 
 def run_args_to_config(run_args: list[str], base: SandboxConfig) -> tuple[SandboxConfig, dict[str, Any]]:
-    """``docker run`` options as swerl sandbox settings: (config, docker backend options)."""
+    """``docker run`` options as swerl sandbox settings: (config, sandbox class keywords)."""
     changes: dict[str, Any] = {}
     env, labels, caps = dict(base.env), dict(base.labels), list(base.cap_add)
     options: dict[str, Any] = {}
@@ -163,7 +163,9 @@ def run_args_to_config(run_args: list[str], base: SandboxConfig) -> tuple[Sandbo
     for flag, key, value in _flag_values(run_args):
         if key == "network":
             if value not in ("none", "bridge", "default"):
-                raise ConfigError(f"run_args {flag} {value}: swerl sandboxes have no network or bridge")
+                raise ConfigError(
+                    f"run_args {flag} {value}: a swerl sandbox has no network (none) or docker's bridge"
+                )
             changes["network"] = value != "none"
         elif key in ("memory", "user"):
             changes[key] = value
@@ -229,9 +231,9 @@ class MiniSweEnvironment:
             self.config = config_class(**kwargs)
         except ValidationError as e:
             raise ConfigError(f"bad mini-swe-agent environment config: {e}") from None
-        self._owned = sandbox is None
+        owned = sandbox is None
         self.sandbox = sandbox or self._new_sandbox()
-        self._finalizer = weakref.finalize(self, self.sandbox.close) if self._owned else None
+        self._finalizer = weakref.finalize(self, self.sandbox.close) if owned else None
 
     def _new_sandbox(self) -> Sandbox:
         cfg = self.config
@@ -247,10 +249,6 @@ class MiniSweEnvironment:
         except TypeError as e:
             raise ConfigError(f"sandbox_config: {e}") from None
         sandbox_config, options = run_args_to_config(cfg.run_args, base)
-        if options and cfg.backend != "docker":
-            raise ConfigError(
-                f"run_args {sorted(options)} apply to the docker backend only, not {cfg.backend}"
-            )
         sandbox_config = sandbox_config.replace(
             workdir=cfg.cwd, timeout=float(cfg.timeout), lifetime=parse_duration(cfg.container_timeout)
         )
