@@ -59,7 +59,13 @@ EnvSection = section_of(
     "EnvSection",
     Limits,
     **parameters_of(
-        SWEEnv.__init__, "pool_size", "grade_retries", "grade_timeout", "grading", "scrub_history"
+        SWEEnv.__init__,
+        "pool_size",
+        "grade_retries",
+        "grade_timeout",
+        "grading",
+        "scrub_history",
+        "interpreter",
     ),
 )
 

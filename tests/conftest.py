@@ -102,3 +102,12 @@ def tiny_model_dir(tmp_path_factory):
     from swerl.integrations.tiny_model import tiny_model
 
     return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def swebench_shaped(tasks, task_images, docker_client):
+    """(task, image): a bundled task and its image reshaped like SWE-bench's (tests/swebench_shaped.py)."""
+    from swebench_shaped import build
+
+    task = tasks[0]
+    return task, build(docker_client, task_images[task.instance_id])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -24,7 +25,8 @@ def make_env(tasks, run_id):
 
     def make(**kw):
         kw.setdefault("sandbox_config", SandboxConfig(run_id=run_id, timeout=60))
-        env = SWEEnv(tasks, **kw)
+        kw.setdefault("tasks", tasks)
+        env = SWEEnv(**kw)
         made.append(env)
         return env
 
@@ -208,3 +210,15 @@ def test_sync_vector_env(tasks, run_id):
         assert "vec" in obs[0] and "/testbed" in obs[1]
     finally:
         vec.close()
+
+
+def test_agent_commands_run_in_the_images_activated_environment(make_env, swebench_shaped):
+    """On a SWE-bench-shaped image the agent's python is the repo's env by default, as on the official images."""
+    task, image = swebench_shaped
+    probe = actions.bash("python3 -c 'import testbed_dep; print(testbed_dep.WHERE)'")
+    env = make_env(tasks=[dataclasses.replace(task, image=image)])
+    env.reset()
+    assert "<returncode>0</returncode>\n<output>\ntestbed\n" in env.step(probe)[0]
+    plain = make_env(tasks=[dataclasses.replace(task, image=image)], interpreter=("bash", "-c"))
+    plain.reset()
+    assert "ModuleNotFoundError" in plain.step(probe)[0]

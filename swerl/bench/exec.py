@@ -1,7 +1,8 @@
 """Per-command latency: swerl's Docker sandbox against mini-swe-agent's DockerEnvironment.
 
 Same image, same commands, one run. mini-swe-agent runs each command as a
-``docker exec`` subprocess; swerl sends it over one long-lived channel.
+``docker exec`` subprocess; swerl sends it over one long-lived channel. Also the
+drop-in: swerl's MiniSweEnvironment against DockerEnvironment, both in a login shell.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from swerl.bench._stats import percentiles_ms, table
 from swerl.sandbox.base import SandboxConfig
 from swerl.sandbox.docker import DockerSandbox, connect, reap
+from swerl.sandbox.miniswe import MiniSweEnvironment
 from swerl.tasks.images import build_base_image
 
 COMMANDS = ["true", "echo hello", "ls /usr", "cat /etc/os-release", "pwd"]
@@ -46,14 +48,24 @@ def main(argv: list[str] | None = None) -> int:
         with DockerSandbox(image, config, client=client) as sb:
             _time_calls(lambda c: sb.execute(c, cwd="/"), 20)  # warm up
             results["swerl"] = _time_calls(lambda c: sb.execute(c, cwd="/"), args.n)
-        peer = DockerEnvironment(
-            image=image, cwd="/", interpreter=["bash", "-c"], run_args=["--rm", "--network", "none"]
-        )
-        try:
-            _time_calls(lambda c: peer.execute({"command": c}), 5)
-            results["mini-swe-agent"] = _time_calls(lambda c: peer.execute({"command": c}), args.n_peer)
-        finally:
-            peer.cleanup()
+        # The drop-in against mini's own environment, both with mini's default login shell.
+        with MiniSweEnvironment(image=image, sandbox_config={"run_id": config.run_id}) as drop_in:
+            _time_calls(lambda c: drop_in.execute({"command": c}), 20)
+            results["swerl MiniSweEnvironment (bash -lc)"] = _time_calls(
+                lambda c: drop_in.execute({"command": c}), args.n
+            )
+        for name, interpreter in (
+            ("mini-swe-agent", ["bash", "-c"]),
+            ("mini-swe-agent (bash -lc)", ["bash", "-lc"]),
+        ):
+            peer = DockerEnvironment(
+                image=image, cwd="/", interpreter=interpreter, run_args=["--rm", "--network", "none"]
+            )
+            try:
+                _time_calls(lambda c, peer=peer: peer.execute({"command": c}), 5)
+                results[name] = _time_calls(lambda c, peer=peer: peer.execute({"command": c}), args.n_peer)
+            finally:
+                peer.cleanup()
     finally:
         reap(config.run_id, client=client)
 
@@ -63,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(["runtime", "n", "p50 ms", "p95 ms"], rows))
     ratio = stats["mini-swe-agent"][0] / stats["swerl"][0]
     print(f"ratio (mini-swe-agent p50 / swerl p50): {ratio:.1f}x")
+    drop_in = stats["mini-swe-agent (bash -lc)"][0] / stats["swerl MiniSweEnvironment (bash -lc)"][0]
+    print(f"ratio as a drop-in (mini-swe-agent p50 / MiniSweEnvironment p50, both bash -lc): {drop_in:.1f}x")
     goal = stats["swerl"][0] <= 3.0 and ratio >= 20
     print(f"goal (swerl p50 <= 3 ms and >= 20x): {'met' if goal else 'NOT met'}")
     return 0

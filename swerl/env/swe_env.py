@@ -31,6 +31,7 @@ from swerl.errors import ConfigError, InfraError
 from swerl.grading import GradeResult, GradeStatus, GradingMode, grade
 from swerl.sandbox import SandboxConfig, make_sandbox
 from swerl.sandbox.base import Sandbox
+from swerl.sandbox.interpreter import LOGIN_SHELL, check_interpreter, under_interpreter
 from swerl.sandbox.pool import SandboxPool
 from swerl.tasks.history import scrub_history
 from swerl.tasks.instance import Instance, load_instances
@@ -92,6 +93,7 @@ class SWEEnv(gym.Env[str, str]):
         scrub_history: bool = True,
         render_mode: str | None = None,
         backend_options: dict[str, Any] | None = None,
+        interpreter: tuple[str, ...] = LOGIN_SHELL,
         **limit_overrides: Any,
     ) -> None:
         self.tasks = _as_instances(tasks)
@@ -102,6 +104,9 @@ class SWEEnv(gym.Env[str, str]):
         self.backend_options = dict(backend_options or {})
         """Keyword arguments of the backend's sandbox class (``backend.options`` in a config)."""
         self.sandbox_config = sandbox_config or SandboxConfig()
+        self.interpreter = check_interpreter(interpreter)
+        """What runs the agent's bash commands: a login shell reads the image's profile, where
+        SWE-bench images activate the repo's environment; ``("bash", "-c")`` skips it."""
         try:
             self.limits = Limits(**{**asdict(limits or Limits()), **limit_overrides})
         except TypeError as e:
@@ -308,7 +313,8 @@ class SWEEnv(gym.Env[str, str]):
             return "Submitted.", True
         if call.tool == "editor":
             return Editor(self.sandbox, REPO_ROOT).run(call.args), False
-        r = self.sandbox.execute(call.args["command"], cwd=REPO_ROOT, timeout=self.limits.command_timeout)
+        command = under_interpreter(call.args["command"], self.interpreter)
+        r = self.sandbox.execute(command, cwd=REPO_ROOT, timeout=self.limits.command_timeout)
         output = r.output
         if output.lstrip().startswith(SUBMIT_MARKER) and r.returncode == 0:
             return output, True

@@ -325,6 +325,8 @@ class ShellChannel:
         if b"\0" in cmd:
             raise ValueError("command contains a NUL byte, which no shell can run")
         cwd_b = cwd.encode()
+        if b"\0" in cwd_b:  # the server reads it with `read -N`, which drops NUL bytes
+            raise ValueError("cwd contains a NUL byte, which no path can")
         env_b = encode_env(env or {})
         timeout = max(float(timeout or 0), 0.0)
         t = f"{timeout:.3f}" if timeout else "0"
