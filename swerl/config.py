@@ -81,6 +81,8 @@ class RolloutSection(Section):
     max_retries: int = Field(2, ge=0)
     actor_cpus: float = Field(0.25, gt=0)
     group: bool = False
+    placement: Literal["pack", "spread"] = "pack"
+    """Where Ray puts the actors: packed (its default), or spread over the cluster's nodes."""
 
 
 class RayAddress(Section):

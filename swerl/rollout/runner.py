@@ -28,6 +28,7 @@ from swerl.errors import ConfigError, InfraError
 from swerl.policies.base import Decision, Policy, act_batch
 from swerl.rollout.actor import EnvActor
 from swerl.rollout.episode import Episode, JsonlSink
+from swerl.rollout.nodes import NodeFailure, avoiding, raylet_dead
 from swerl.sandbox import reap
 from swerl.sandbox.base import default_run_id
 from swerl.tasks.instance import Instance, load_instances
@@ -93,12 +94,17 @@ class RolloutRunner:
         ray_address: str | None = None,
         backend: str = "docker",
         snapshot: Any = None,
+        placement: str = "pack",
     ) -> None:
         self.tasks = load_instances(tasks) if isinstance(tasks, (str, Path)) else list(tasks)
         if not self.tasks:
             raise ConfigError("RolloutRunner needs at least one task")
         if policy.placement not in ("actor", "driver"):
             raise ConfigError(f"policy placement must be 'actor' or 'driver', got {policy.placement!r}")
+        if placement not in ("pack", "spread"):
+            raise ConfigError(
+                f"actor placement must be 'pack' or 'spread' (over the nodes), got {placement!r}"
+            )
         if num_actors < 1 or envs_per_actor < 1 or attempts < 1:
             raise ConfigError("num_actors, envs_per_actor and attempts must be at least 1")
         self.by_id = {t.instance_id: t for t in self.tasks}
@@ -126,6 +132,10 @@ class RolloutRunner:
         """Every episode starts from this EnvSnapshot instead of a clean reset (branching)."""
         self._snapshot_ref: Any = None
         self.stats: dict[str, int] = defaultdict(int)
+        self.placement = placement
+        self.node_failures: list[NodeFailure] = []
+        self._actor_where: dict[str, Any] = {}
+        """actor id -> ref of its ``where()`` (its node), asked when it starts."""
 
     # ------------------------------------------------------------ actors
     def _spawn_actor(self) -> None:
@@ -133,10 +143,15 @@ class RolloutRunner:
         if self._spawned > self.num_actors * 4:
             raise InfraError(f"gave up: {self._spawned - 1} actors were started and too many died")
         actor_id = f"{self.run_id}-a{self._spawned}"
-        handle = EnvActor.options(num_cpus=self.actor_cpus, max_concurrency=self.envs_per_actor + 4).remote(
+        options: dict[str, Any] = {"num_cpus": self.actor_cpus, "max_concurrency": self.envs_per_actor + 4}
+        if self.placement == "spread":
+            options["scheduling_strategy"] = "SPREAD"
+        options |= avoiding({f.node_id for f in self.node_failures})
+        handle = EnvActor.options(**options).remote(
             self._tasks_ref, self.envs_per_actor, actor_id, self.env_kwargs
         )
         self._actors[actor_id] = handle
+        self._actor_where[actor_id] = handle.where.remote()
         self._free.extend(ActorSlot(actor_id, handle, i) for i in range(self.envs_per_actor))
 
     def start(self) -> RolloutRunner:
@@ -179,6 +194,7 @@ class RolloutRunner:
             ray.kill(handle)
             self._reap(actor_id)
         self._actors.clear()
+        self._actor_where.clear()
         self._free.clear()
         self._inflight.clear()
 
@@ -347,6 +363,8 @@ class RolloutRunner:
         dead = run.slot.actor_id
         victims = [run] + [r for r in self._inflight.values() if r.slot.actor_id == dead]
         self._inflight = {k: r for k, r in self._inflight.items() if r.slot.actor_id != dead}
+        if dead in self._actors:
+            self._check_node(dead, sum(r.work.retries < self.max_retries for r in victims))
         self._actor_died(dead, error)
         for r in victims:
             w = r.work
@@ -357,3 +375,22 @@ class RolloutRunner:
                     Episode(w.task_id, w.attempt, status="infra_error", reason="actor_died",
                             error=f"actor {dead} died: {error}", retries=w.retries)
                 )  # fmt: skip
+
+    def _check_node(self, actor_id: str, retried: int) -> None:
+        """Did ``actor_id`` die with its node? Then count its episodes as node deaths, and avoid the node."""
+        try:
+            node = ray.get(self._actor_where.pop(actor_id), timeout=0)
+        except Exception:
+            return  # it died before it said where it runs: nothing to blame on a node
+        if not raylet_dead(node["ray_node_id"]):
+            return
+        log.warning("node %s (%s) died with actor %s: retrying %d episode(s) elsewhere",
+                    node["ray_node"], node["ray_node_id"], actor_id, retried)  # fmt: skip
+        self.stats["retried_node_died"] += retried
+        known = next((f for f in self.node_failures if f.node_id == node["ray_node_id"]), None)
+        if known:
+            known.episodes_retried += retried
+        else:
+            self.node_failures.append(
+                NodeFailure(node["ray_node_id"], node["ray_node"], time.time(), retried)
+            )
