@@ -33,7 +33,8 @@ PORT, DASHBOARD_PORT = 28400, 28300
 def cluster(tasks):
     """Head (2 CPUs, resource ``head``) + worker (2 CPUs, resource ``worker``), shared by the module."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    c = LocalRayCluster(PORT, DASHBOARD_PORT, env={"PYTHONPATH": path})
+    bin_path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    c = LocalRayCluster(PORT, DASHBOARD_PORT, env={"PYTHONPATH": path, "PATH": bin_path})
     try:
         c.start()
         c.add_node("worker")
@@ -43,11 +44,8 @@ def cluster(tasks):
 
 
 def driver_env(cluster: LocalRayCluster) -> dict[str, str]:
-    """What a user's shell holds: RAY_ADDRESS, RAY_AUTH_MODE, swerl on PATH."""
-    env = cluster.node_env()
-    env["RAY_ADDRESS"] = cluster.address
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
+    """What a user's shell holds: RAY_ADDRESS, RAY_AUTH_MODE, swerl on PATH (as the nodes have)."""
+    return {**cluster.node_env(), "RAY_ADDRESS": cluster.address}
 
 
 def write_config(path: Path, name: str, **extra) -> Path:
@@ -153,3 +151,55 @@ def test_worker_node_dies_mid_run_then_rejoins(cluster, tmp_path, suite, docker_
     rejoined = list(JsonlSink.read(tmp_path / "mn-rejoin" / "episodes.jsonl"))
     on_worker = {e.where["ray_node_id"] for e in rejoined if e.where["ray_node"] == "worker"}
     assert on_worker and failure["node_id"] not in on_worker
+
+
+# ----------------------------------------------------------------- Ray Jobs
+def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_ray_job_submit_runs_swerl_rollout(cluster, tmp_path, suite, docker_client):
+    """`ray job submit --working-dir . -- swerl rollout CONFIG`, exactly as Ray's docs have it."""
+    two = [t.instance_id for t in suite[:2]]
+    write_config(tmp_path, "mn-job", task_ids=two, ray={"address": None})
+    ray_cli = [str(Path(sys.executable).parent / "ray"), "job", "submit", "--address", cluster.dashboard_url]
+    try:
+        r = run(
+            [*ray_cli, "--working-dir", ".", "--", "swerl", "rollout", "mn-job.yaml"],
+            driver_env(cluster),
+            tmp_path,
+        )
+        failed = run([*ray_cli, "--", "swerl", "rollout", "no-such.yaml"], driver_env(cluster), tmp_path)
+    finally:
+        reap_prefix(docker_client, "mn-job-")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "succeeded" in r.stdout + r.stderr and "resolved reward=1.0" in r.stdout  # the job's log, streamed
+    summary = json.loads((tmp_path / "mn-job" / "summary.json").read_text())
+    assert summary["per_task"] == dict.fromkeys(two, 1.0)
+    assert failed.returncode != 0 and "no-such.yaml does not exist" in failed.stdout + failed.stderr
+
+
+def test_swerl_cluster_ray_submit_logs_stop(cluster, tmp_path, suite, docker_client):
+    two = [t.instance_id for t in suite[:2]]
+    write_config(tmp_path, "mn-submit", ray={"address": None})
+    swerl = [sys.executable, "-m", "swerl.cli", "cluster", "ray"]
+    env = {**driver_env(cluster), "RAY_ADDRESS": cluster.dashboard_url}
+    try:
+        r = run([*swerl, "submit", "mn-submit.yaml", f"task_ids={json.dumps(two)}", "--wait"], env, tmp_path)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        job = r.stdout.split()[0]
+        assert "resolved reward=1.0" in r.stdout and f"job {job} SUCCEEDED" in r.stderr
+        summary = json.loads((tmp_path / "mn-submit" / "summary.json").read_text())
+        assert summary["per_task"] == dict.fromkeys(two, 1.0)
+        logs = run([*swerl, "logs", job], env, tmp_path)
+        assert logs.returncode == 0 and "swerl__" in logs.stdout and "mean reward 1.000" in logs.stdout
+
+        long = run([*swerl, "submit", "mn-submit.yaml", "output_dir=mn-stopped"], env, tmp_path)
+        assert long.returncode == 0, long.stderr[-3000:]
+        job = long.stdout.split()[0]
+        stop = run([*swerl, "stop", job], env, tmp_path)
+        assert stop.returncode == 0 and stop.stdout.split() == [job, "STOPPED"], stop.stdout + stop.stderr
+        missing = run([*swerl, "logs", "no-such-job"], env, tmp_path)
+        assert missing.returncode == 3 and "Ray job API" in missing.stderr
+    finally:
+        reap_prefix(docker_client, "mn-submit-")
