@@ -83,9 +83,19 @@ def leftovers(docker_client, prefix: str) -> list:
     return [c for c in found if c["Labels"].get(RUN_LABEL, "").startswith(prefix)]
 
 
-def reap_prefix(docker_client, prefix: str) -> None:
-    for c in leftovers(docker_client, prefix):
-        docker_client.api.remove_container(c["Id"], force=True)
+def reap_prefix(docker_client, prefix: str, settle: float = 0.0) -> None:
+    """Remove the run's containers; with ``settle``, again until none appeared for that long
+    (actors of a stopped job may still be starting sandboxes)."""
+    quiet_since = time.monotonic()
+    while True:
+        found = leftovers(docker_client, prefix)
+        for c in found:
+            docker_client.api.remove_container(c["Id"], force=True)
+        if found:
+            quiet_since = time.monotonic()
+        if time.monotonic() - quiet_since >= settle:
+            return
+        time.sleep(1)
 
 
 def test_rollout_spreads_actors_over_both_nodes(cluster, tmp_path, suite, docker_client):
@@ -106,7 +116,8 @@ def test_rollout_spreads_actors_over_both_nodes(cluster, tmp_path, suite, docker
 
 
 def test_worker_node_dies_mid_run_then_rejoins(cluster, tmp_path, suite, docker_client):
-    cfg = write_config(tmp_path, "mn-kill")
+    eight = suite[:8]
+    cfg = write_config(tmp_path, "mn-kill", task_ids=[t.instance_id for t in eight])
     out = tmp_path / "mn-kill"
     try:
         proc = rollout(cluster, cfg)
@@ -125,7 +136,7 @@ def test_worker_node_dies_mid_run_then_rejoins(cluster, tmp_path, suite, docker_
 
     episodes = list(JsonlSink.read(sink))
     keys = Counter(e.key for e in episodes)
-    assert sorted(keys) == sorted((t.instance_id, 0) for t in suite) and set(keys.values()) == {1}
+    assert sorted(keys) == sorted((t.instance_id, 0) for t in eight) and set(keys.values()) == {1}
     assert {e.status for e in episodes} == {"resolved"}
     summary = json.loads((out / "summary.json").read_text())
     (failure,) = summary["node_failures"]
@@ -143,9 +154,9 @@ def test_worker_node_dies_mid_run_then_rejoins(cluster, tmp_path, suite, docker_
     # The node comes back (a new raylet, a new node id): new actors land on it again.
     cluster.stop_node("worker")
     cluster.add_node("worker")
-    again = write_config(tmp_path, "mn-rejoin", task_ids=[t.instance_id for t in suite[:4]])
+    again = write_config(tmp_path, "mn-rejoin", task_ids=[t.instance_id for t in suite[:2]])
     try:
-        finish(rollout(cluster, again))
+        finish(rollout(cluster, again, "rollout.envs_per_actor=1"))  # one task per actor
     finally:
         reap_prefix(docker_client, "mn-rejoin-")
     rejoined = list(JsonlSink.read(tmp_path / "mn-rejoin" / "episodes.jsonl"))
@@ -161,7 +172,7 @@ def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -
 def test_ray_job_submit_runs_swerl_rollout(cluster, tmp_path, suite, docker_client):
     """`ray job submit --working-dir . -- swerl rollout CONFIG`, exactly as Ray's docs have it."""
     two = [t.instance_id for t in suite[:2]]
-    write_config(tmp_path, "mn-job", task_ids=two, ray={"address": None})
+    write_config(tmp_path, "mn-job", task_ids=two, ray={"address": None}, rollout={"num_actors": 1})
     ray_cli = [str(Path(sys.executable).parent / "ray"), "job", "submit", "--address", cluster.dashboard_url]
     try:
         r = run(
@@ -181,7 +192,7 @@ def test_ray_job_submit_runs_swerl_rollout(cluster, tmp_path, suite, docker_clie
 
 def test_swerl_cluster_ray_submit_logs_stop(cluster, tmp_path, suite, docker_client):
     two = [t.instance_id for t in suite[:2]]
-    write_config(tmp_path, "mn-submit", ray={"address": None})
+    write_config(tmp_path, "mn-submit", ray={"address": None}, rollout={"num_actors": 1})
     swerl = [sys.executable, "-m", "swerl.cli", "cluster", "ray"]
     env = {**driver_env(cluster), "RAY_ADDRESS": cluster.dashboard_url}
     try:
@@ -202,4 +213,4 @@ def test_swerl_cluster_ray_submit_logs_stop(cluster, tmp_path, suite, docker_cli
         missing = run([*swerl, "logs", "no-such-job"], env, tmp_path)
         assert missing.returncode == 3 and "Ray job API" in missing.stderr
     finally:
-        reap_prefix(docker_client, "mn-submit-")
+        reap_prefix(docker_client, "mn-submit-", settle=5)

@@ -22,13 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swerl.cluster.slurm import ray_binary, ray_port_options
+from swerl.cluster.slurm import PORT_BLOCK, ray_binary, ray_port_options
 from swerl.errors import ConfigError, InfraError
 
 HEAD = "head"
 STARTED = "Ray runtime started."
-PORTS_PER_NODE = 1000
-"""Each node's ports are a block ``port + i * PORTS_PER_NODE`` (ray_port_options uses 1000)."""
 
 
 @dataclass
@@ -104,7 +102,7 @@ class LocalRayCluster:
         index = max((n.index for n in self.nodes.values()), default=-1) + 1
         temp = Path(self.temp_dir.format(port=self.port)) / name
         temp.mkdir(parents=True, exist_ok=True)
-        base = self.port + index * PORTS_PER_NODE
+        base = self.port + index * PORT_BLOCK
         argv = [
             ray_binary(),
             "start",
