@@ -153,7 +153,10 @@ def test_sbatch_rollout_spans_two_slurm_nodes(
         rollout={"num_actors": 2, "envs_per_actor": 2, "placement": "spread"},
         slurm={"nodes": 2, "ports_per_node": 1000},  # both nodes are this machine: a port block each
     )
-    assert "base=$((port + i * 1000))" in render_script(load_config(path), path)
+    script = render_script(load_config(path), path)
+    assert "base=$((port + i * 1000))" in script
+    (worker,) = [line for line in script.splitlines() if 'start --address="$addr"' in line]
+    assert "--include-dashboard" not in worker  # a head-only flag: the worker's ray start refuses it
     log, episodes = run_job_episodes(path, capsys, docker_client, "slurm-2nodes-")
     assert "2 Ray node(s) joined" in log
     assert {e["task_id"]: e["reward"] for e in episodes} == local_docker_rewards

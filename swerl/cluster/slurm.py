@@ -98,8 +98,8 @@ def render_script(
     headers += [f"--gpus-per-node={s.gpus_per_node}"] if s.gpus_per_node is not None else []
     headers += list(s.sbatch_args)
     cpus = str(s.cpus_per_task) if s.cpus_per_task else "${SLURM_CPUS_PER_TASK:-${SLURM_CPUS_ON_NODE:-1}}"
-    ray_opts = ["--block", "--disable-usage-stats", "--include-dashboard=false"]
-    head_ports = " ".join(ray_port_options(s.ray_port))
+    ray_opts = ["--block", "--disable-usage-stats"]
+    head_ports = " ".join(["--include-dashboard=false", *ray_port_options(s.ray_port)])  # head-only flags too
     worker_ports = " ".join(f"{flag}=$((base + {offset}))" for flag, offset in RAY_PORTS)
     if s.gpus_per_node is not None:
         ray_opts.append(f"--num-gpus={s.gpus_per_node}")
