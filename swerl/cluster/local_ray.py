@@ -20,7 +20,6 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from swerl.cluster.slurm import PORT_BLOCK, ray_binary, ray_port_options
 from swerl.errors import ConfigError, InfraError
@@ -60,10 +59,13 @@ class LocalRayCluster:
     num_cpus: int = 2
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment of every node (and so of every worker process), e.g. PYTHONPATH."""
-    system_config: dict[str, Any] = field(default_factory=dict)
-    """The head's ``--system-config`` (GCS settings such as health-check periods)."""
     join_timeout: float = 60.0
     nodes: dict[str, RayNode] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        """Every node's temp dir is under it: so a pid is ours only if its command line names it."""
+        return Path(self.temp_dir.format(port=self.port))
 
     @property
     def address(self) -> str:
@@ -84,12 +86,7 @@ class LocalRayCluster:
             return self
         ensure_auth_token()
         head = ["--head", f"--port={self.port}", "--include-dashboard=true", "--dashboard-host=127.0.0.1"]
-        head.append(f"--dashboard-port={self.dashboard_port}")
-        if self.system_config:
-            import json
-
-            head.append(f"--system-config={json.dumps(self.system_config)}")
-        self._start_node(HEAD, head)
+        self._start_node(HEAD, [*head, f"--dashboard-port={self.dashboard_port}"])
         return self
 
     def add_node(self, name: str, num_cpus: int | None = None) -> RayNode:
@@ -100,7 +97,7 @@ class LocalRayCluster:
 
     def _start_node(self, name: str, role: list[str], num_cpus: int | None = None) -> RayNode:
         index = max((n.index for n in self.nodes.values()), default=-1) + 1
-        temp = Path(self.temp_dir.format(port=self.port)) / name
+        temp = self.root / name
         temp.mkdir(parents=True, exist_ok=True)
         base = self.port + index * PORT_BLOCK
         argv = [
@@ -159,10 +156,11 @@ class LocalRayCluster:
                 node.process.kill()
                 node.process.wait()
         for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            if str(self.root) in _cmdline(pid):  # still ours (not a pid reused since)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def stop(self) -> None:
         """Workers first, then the head. Idempotent."""
@@ -205,5 +203,12 @@ def _descendants(pid: int) -> list[int]:
 def _comm(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""

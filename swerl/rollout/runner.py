@@ -380,8 +380,8 @@ class RolloutRunner:
         """Did ``actor_id`` die with its node? Then count its episodes as node deaths, and avoid the node."""
         try:
             node = ray.get(self._actor_where.pop(actor_id), timeout=0)
-        except Exception:
-            return  # it died before it said where it runs: nothing to blame on a node
+        except ray.exceptions.RayError:  # it died before it said where it runs: nothing to blame
+            return
         if not raylet_dead(node["ray_node_id"]):
             return
         log.warning("node %s (%s) died with actor %s: retrying %d episode(s) elsewhere",
