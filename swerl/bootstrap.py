@@ -97,7 +97,11 @@ def slurm_node_names(host: str) -> list[str]:
 
 
 def slurm_conf(host: str, cpus: int, mem_mb: int) -> str:
-    """slurm.conf for SLURM_NODES node names on this host (%n: each slurmd's own files)."""
+    """slurm.conf for SLURM_NODES node names on this host (%n: each slurmd's own files).
+
+    CPUs are what jobs share a node by (CR_Core): nothing enforces memory here, and with
+    memory consumable a job without ``--mem`` would hold a whole node's memory.
+    """
     nodes = slurm_node_names(host)
     lines = [
         f"NodeName={name} NodeHostname={host} NodeAddr={host} Port={SLURMD_PORT + i} "
@@ -110,7 +114,7 @@ AuthType=auth/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
+SelectTypeParameters=CR_Core
 ReturnToService=2
 SlurmctldPidFile=/run/slurmctld.pid
 SlurmdPidFile=/run/slurmd-%n.pid

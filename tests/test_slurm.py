@@ -56,14 +56,17 @@ def run_job(path: str, capsys, docker_client, prefix: str) -> tuple[str, dict]:
     return log, {e["task_id"]: e["reward"] for e in episodes}
 
 
-def run_job_episodes(path: str, capsys, docker_client, prefix: str) -> tuple[str, list[dict]]:
+def run_job_episodes(
+    path: str, capsys, docker_client, prefix: str, timeout: int = 120
+) -> tuple[str, list[dict]]:
     """sbatch through the CLI and wait; whatever happens, cancel the job and reap its sandboxes."""
     job_id = ""
     try:
-        rc = main(["cluster", "slurm", "submit", path, "--wait", "--timeout", "120"])
+        rc = main(["cluster", "slurm", "submit", path, "--wait", "--timeout", str(timeout)])
         job_id = capsys.readouterr().out.split()[0]
         cfg = load_config(path)
-        log = (cfg.out / f"slurm-{job_id}.out").read_text(errors="replace")
+        job_log = cfg.out / f"slurm-{job_id}.out"
+        log = job_log.read_text(errors="replace") if job_log.exists() else "(no job log: it never started)"
         assert rc == 0, log[-3000:]
         return log, [yaml.safe_load(line) for line in (cfg.out / "episodes.jsonl").read_text().splitlines()]
     finally:
@@ -157,7 +160,8 @@ def test_sbatch_rollout_spans_two_slurm_nodes(
     assert "base=$((port + i * 1000))" in script
     (worker,) = [line for line in script.splitlines() if 'start --address="$addr"' in line]
     assert "--include-dashboard" not in worker  # a head-only flag: the worker's ray start refuses it
-    log, episodes = run_job_episodes(path, capsys, docker_client, "slurm-2nodes-")
+    # the job waits for both nodes to be free (other jobs may hold one): a longer timeout
+    log, episodes = run_job_episodes(path, capsys, docker_client, "slurm-2nodes-", timeout=300)
     assert "2 Ray node(s) joined" in log
     assert {e["task_id"]: e["reward"] for e in episodes} == local_docker_rewards
     assert {e["where"]["ray_node"] for e in episodes} == set(two_slurm_nodes[:2])  # Slurm's node names
