@@ -98,54 +98,116 @@ def pip_install_verl() -> None:
     sh(*pip, "--no-deps", *VERL_NO_DEPS)
 
 
-def start_slurm() -> None:
-    """A real one-node Slurm cluster (munge auth) for the Slurm tests."""
-    if ok("sinfo", "-h") and ok("scontrol", "ping"):
-        return
-    host = socket.gethostname()
-    mem_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.9)
-    cpus = os.cpu_count() or 1
-    for d, owner in (
-        ("/run/munge", "munge"),
-        ("/var/spool/slurmctld", "root"),
-        ("/var/spool/slurmd", "root"),
-    ):
-        Path(d).mkdir(parents=True, exist_ok=True, mode=0o755)
-        shutil.chown(d, owner, owner)
-    SLURM_CONF.parent.mkdir(parents=True, exist_ok=True)
-    SLURM_CONF.write_text(
-        f"""ClusterName=swerl
+SLURM_NODES = 2
+"""Slurm node names on this one machine (``slurmd -N NAME``, each on its own port), so an
+allocation spans two nodes for real: the first is the hostname, then ``HOST-2``, ..."""
+SLURMD_PORT = 6818
+
+
+def slurm_node_names(host: str) -> list[str]:
+    return [host, *(f"{host}-{i}" for i in range(2, SLURM_NODES + 1))]
+
+
+def slurm_conf(host: str, cpus: int, mem_mb: int) -> str:
+    """slurm.conf for SLURM_NODES node names on this host (%n: each slurmd's own files).
+
+    CPUs are what jobs share a node by (CR_Core): nothing enforces memory here, and with
+    memory consumable a job without ``--mem`` would hold a whole node's memory.
+    """
+    nodes = slurm_node_names(host)
+    lines = [
+        f"NodeName={name} NodeHostname={host} NodeAddr={host} Port={SLURMD_PORT + i} "
+        f"CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN"
+        for i, name in enumerate(nodes)
+    ]
+    return f"""ClusterName=swerl
 SlurmctldHost={host}
 AuthType=auth/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
+SelectTypeParameters=CR_Core
 ReturnToService=2
 SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
+SlurmdPidFile=/run/slurmd-%n.pid
 StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
+SlurmdSpoolDir=/var/spool/slurmd/%n
 SlurmctldLogFile=/var/log/slurmctld.log
-SlurmdLogFile=/var/log/slurmd.log
-NodeName={host} CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN
-PartitionName=main Nodes={host} Default=YES MaxTime=INFINITE State=UP
+SlurmdLogFile=/var/log/slurmd-%n.log
+{chr(10).join(lines)}
+PartitionName=main Nodes={",".join(nodes)} Default=YES MaxTime=INFINITE State=UP
 """
-    )
+
+
+def _daemon_alive(pidfile: str, name: str) -> bool:
+    try:
+        pid = int(Path(pidfile).read_text().split()[0])
+        return Path(f"/proc/{pid}/comm").read_text().strip() == name
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _stop_daemons(name: str, timeout: float = 30.0) -> None:
+    """End every ``name`` process (by pid) so a new slurm.conf takes effect."""
+    out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split()
+    for pid in out:
+        ok("kill", pid)
+    deadline = time.monotonic() + timeout
+    while ok("pgrep", "-x", name) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def start_slurm() -> None:
+    """A real Slurm cluster of SLURM_NODES nodes on this machine (munge auth) for the Slurm tests.
+
+    Rewrites slurm.conf and restarts the daemons only when the config changed; starts any
+    daemon that is missing (another user of the machine may restart slurmd for a plugin).
+    """
+    host = socket.gethostname()
+    mem_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.9)
+    conf = slurm_conf(host, os.cpu_count() or 1, mem_mb)
+    nodes = slurm_node_names(host)
+    changed = not SLURM_CONF.exists() or SLURM_CONF.read_text() != conf
+    alive = all(_daemon_alive(f"/run/slurmd-{n}.pid", "slurmd") for n in nodes)
+    if not changed and alive and ok("scontrol", "ping") and _slurm_ready(nodes, wait=0):
+        return
+    dirs = [("/run/munge", "munge"), ("/var/spool/slurmctld", "root"), ("/var/spool/slurmd", "root")]
+    for d, owner in [*dirs, *((f"/var/spool/slurmd/{n}", "root") for n in nodes)]:
+        Path(d).mkdir(parents=True, exist_ok=True, mode=0o755)
+        shutil.chown(d, owner, owner)
+    if changed:
+        SLURM_CONF.parent.mkdir(parents=True, exist_ok=True)
+        say(f"writing {SLURM_CONF} ({len(nodes)} nodes) and restarting slurmctld/slurmd")
+        for daemon in ("slurmd", "slurmctld"):
+            _stop_daemons(daemon)
+        SLURM_CONF.write_text(conf)
     if not ok("pgrep", "-x", "munged"):
         sh("su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged")
-    for daemon in ("slurmctld", "slurmd"):
-        if not ok("pgrep", "-x", daemon):
-            sh(f"/usr/sbin/{daemon}")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True).stdout.strip()
-        if out in ("idle", "mix", "alloc"):
-            return
-        if out in ("down", "drain", "down*", "drain*"):
-            ok("scontrol", "update", f"nodename={host}", "state=resume")
+    if not ok("pgrep", "-x", "slurmctld"):
+        sh("/usr/sbin/slurmctld")
+    for node in nodes:
+        if not _daemon_alive(f"/run/slurmd-{node}.pid", "slurmd"):
+            sh("/usr/sbin/slurmd", "-N", node)
+    if not _slurm_ready(nodes, wait=60):
+        raise BootstrapError(
+            "Slurm did not become ready; see /var/log/slurmctld.log and /var/log/slurmd-*.log"
+        )
+
+
+def _slurm_ready(nodes: list[str], wait: float) -> bool:
+    """Every node idle (or busy); nodes that came back down are resumed."""
+    deadline = time.monotonic() + wait
+    while True:
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True).stdout
+        states = dict(line.split() for line in out.splitlines() if line.strip())
+        if all(states.get(n) in ("idle", "mix", "alloc") for n in nodes):  # "idle*": not responding
+            return True
+        for n, state in states.items():
+            if state.startswith(("down", "drain")):
+                ok("scontrol", "update", f"nodename={n}", "state=resume")
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(1)
-    raise BootstrapError("Slurm did not become ready; see /var/log/slurmctld.log and /var/log/slurmd.log")
 
 
 def build_images() -> None:

@@ -20,7 +20,11 @@ from swerl.errors import ConfigError, InfraError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 
-CLUSTER_MODULES = {"slurm": "swerl.cluster.slurm", "kuberay": "swerl.cluster.kuberay"}
+CLUSTER_MODULES = {
+    "slurm": "swerl.cluster.slurm",
+    "kuberay": "swerl.cluster.kuberay",
+    "ray": "swerl.cluster.ray_jobs",
+}
 """Each module defines ``add_cli(parser)``, adding its subcommands (``set_defaults(func=...)``)."""
 
 
@@ -346,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add(sub, "demo", cmd_demo, "start a sandbox and run a few commands")
 
-    cluster = sub.add_parser("cluster", help="run on a Slurm or KubeRay cluster")
+    cluster = sub.add_parser("cluster", help="run on a Slurm, KubeRay or Ray cluster")
     clusters = cluster.add_subparsers(dest="cluster", required=True)
     for name, module in CLUSTER_MODULES.items():
         try:

@@ -91,6 +91,8 @@ class RolloutSection(Section):
     max_retries: int = Field(2, ge=0)
     actor_cpus: float = Field(0.25, gt=0)
     group: bool = False
+    placement: Literal["pack", "spread"] = "pack"
+    """Where Ray puts the actors: packed (its default), or spread over the cluster's nodes."""
 
 
 class RayAddress(Section):
@@ -112,6 +114,9 @@ class SlurmSection(Section):
     job_name: str | None = None
     ray_port: int = Field(6379, ge=1024, le=65000)
     """GCS port; Ray's other ports are the next few and a worker range above it."""
+    ports_per_node: int = Field(0, ge=0)
+    """Node i's Ray ports start at ``ray_port + i * ports_per_node``: 0 when every node is its
+    own machine; 1000 (a whole block, PORT_BLOCK) when several Slurm node names share one machine."""
     ray_temp_dir: str = "/tmp/swerl-ray-{job_id}"
     """Short (Unix socket paths must fit in 107 bytes); ``{job_id}`` is the Slurm job id."""
     join_timeout: float = Field(300.0, gt=0)

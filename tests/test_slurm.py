@@ -33,7 +33,7 @@ def slurm():
     subprocess.run(["scontrol", "ping"], check=True, capture_output=True, timeout=30)
 
 
-def write_config(tmp_path, name: str, port: int, backend: dict) -> str:
+def write_config(tmp_path, name: str, port: int, backend: dict, **extra) -> str:
     data = {
         "name": name,
         "tasks": "swerl-mini",
@@ -44,22 +44,31 @@ def write_config(tmp_path, name: str, port: int, backend: dict) -> str:
         "rollout": {"num_actors": 1, "envs_per_actor": 3},
         "slurm": {"nodes": 1, "cpus_per_task": 1, "time": "00:05:00", "ray_port": port, "join_timeout": 60},
     }
+    data["slurm"] |= extra.pop("slurm", {})
+    data |= extra
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
 
 
 def run_job(path: str, capsys, docker_client, prefix: str) -> tuple[str, dict]:
+    log, episodes = run_job_episodes(path, capsys, docker_client, prefix)
+    return log, {e["task_id"]: e["reward"] for e in episodes}
+
+
+def run_job_episodes(
+    path: str, capsys, docker_client, prefix: str, timeout: int = 120
+) -> tuple[str, list[dict]]:
     """sbatch through the CLI and wait; whatever happens, cancel the job and reap its sandboxes."""
     job_id = ""
     try:
-        rc = main(["cluster", "slurm", "submit", path, "--wait", "--timeout", "120"])
+        rc = main(["cluster", "slurm", "submit", path, "--wait", "--timeout", str(timeout)])
         job_id = capsys.readouterr().out.split()[0]
         cfg = load_config(path)
-        log = (cfg.out / f"slurm-{job_id}.out").read_text(errors="replace")
+        job_log = cfg.out / f"slurm-{job_id}.out"
+        log = job_log.read_text(errors="replace") if job_log.exists() else "(no job log: it never started)"
         assert rc == 0, log[-3000:]
-        episodes = [yaml.safe_load(line) for line in (cfg.out / "episodes.jsonl").read_text().splitlines()]
-        return log, {e["task_id"]: e["reward"] for e in episodes}
+        return log, [yaml.safe_load(line) for line in (cfg.out / "episodes.jsonl").read_text().splitlines()]
     finally:
         if job_id:
             subprocess.run(["scancel", job_id], capture_output=True)
@@ -124,6 +133,38 @@ def test_sbatch_rollout_on_enroot_matches_local_docker(
     _log, rewards = run_job(path, capsys, docker_client, "slurm-enroot-")
     assert rewards == local_docker_rewards
     assert not [p for p in (root / "data").iterdir() if not p.name.startswith(".")]  # all removed
+
+
+@pytest.fixture(scope="module")
+def two_slurm_nodes(slurm) -> list[str]:
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True).stdout
+    idle = [n for n, state in (line.split() for line in out.splitlines()) if state in ("idle", "mix")]
+    if len(idle) < 2:
+        pytest.skip(f"needs two Slurm nodes (python3 -m swerl.bootstrap test sets them up): {out!r}")
+    return idle
+
+
+def test_sbatch_rollout_spans_two_slurm_nodes(
+    two_slurm_nodes, tmp_path, capsys, docker_client, local_docker_rewards
+):
+    """Two node names on this machine (slurmd -N): the Ray head on one, a worker on the other."""
+    path = write_config(
+        tmp_path,
+        "slurm-2nodes",
+        26000,
+        {"name": "docker"},
+        rollout={"num_actors": 2, "envs_per_actor": 2, "placement": "spread"},
+        slurm={"nodes": 2, "ports_per_node": 1000},  # both nodes are this machine: a port block each
+    )
+    script = render_script(load_config(path), path)
+    assert "base=$((port + i * 1000))" in script
+    (worker,) = [line for line in script.splitlines() if 'start --address="$addr"' in line]
+    assert "--include-dashboard" not in worker  # a head-only flag: the worker's ray start refuses it
+    # the job waits for both nodes to be free (other jobs may hold one): a longer timeout
+    log, episodes = run_job_episodes(path, capsys, docker_client, "slurm-2nodes-", timeout=300)
+    assert "2 Ray node(s) joined" in log
+    assert {e["task_id"]: e["reward"] for e in episodes} == local_docker_rewards
+    assert {e["where"]["ray_node"] for e in episodes} == set(two_slurm_nodes[:2])  # Slurm's node names
 
 
 def test_attach_runs_inside_salloc_and_refuses_outside(slurm, tmp_path, monkeypatch, docker_client):

@@ -43,12 +43,14 @@ from typing import Any, TextIO
 
 import yaml
 
+from swerl.cluster.ray_jobs import entrypoint
 from swerl.errors import ConfigError
 from swerl.sandbox.base import OWNER_LABEL
 from swerl.sandbox.kubernetes import NETWORK_LABEL, RBAC_RULES
 
-DEFAULT_ENTRYPOINT = "swerl rollout /config/rollout.yaml"
 CONFIG_MOUNT = "/config"
+DEFAULT_ENTRYPOINT = entrypoint(f"{CONFIG_MOUNT}/rollout.yaml")
+"""What ``swerl cluster ray submit`` runs too: ``swerl rollout /config/rollout.yaml``."""
 TERMINAL_JOB_STATUS = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 

@@ -53,19 +53,25 @@ def ray_binary() -> str:
     return str(here) if here.exists() else "ray"
 
 
+RAY_PORTS = (
+    ("--node-manager-port", 1),
+    ("--object-manager-port", 2),
+    ("--dashboard-agent-listen-port", 3),
+    ("--dashboard-agent-grpc-port", 4),
+    ("--metrics-export-port", 5),
+    ("--runtime-env-agent-port", 6),
+    ("--ray-client-server-port", 7),
+    ("--min-worker-port", 100),
+    ("--max-worker-port", 999),
+)
+"""Every port a Ray node opens, as an offset in its block (the GCS port is the head's block start)."""
+PORT_BLOCK = 1000
+"""The size of one node's port block (the largest offset + 1)."""
+
+
 def ray_port_options(port: int) -> list[str]:
     """Every port Ray opens, in a block at ``port``, so two Rays on one node do not clash."""
-    return [
-        f"--node-manager-port={port + 1}",
-        f"--object-manager-port={port + 2}",
-        f"--dashboard-agent-listen-port={port + 3}",
-        f"--dashboard-agent-grpc-port={port + 4}",
-        f"--metrics-export-port={port + 5}",
-        f"--runtime-env-agent-port={port + 6}",
-        f"--ray-client-server-port={port + 7}",
-        f"--min-worker-port={port + 100}",
-        f"--max-worker-port={port + 999}",
-    ]
+    return [f"{flag}={port + offset}" for flag, offset in RAY_PORTS]
 
 
 def render_script(
@@ -92,12 +98,9 @@ def render_script(
     headers += [f"--gpus-per-node={s.gpus_per_node}"] if s.gpus_per_node is not None else []
     headers += list(s.sbatch_args)
     cpus = str(s.cpus_per_task) if s.cpus_per_task else "${SLURM_CPUS_PER_TASK:-${SLURM_CPUS_ON_NODE:-1}}"
-    ray_opts = [
-        "--block",
-        "--disable-usage-stats",
-        "--include-dashboard=false",
-        *ray_port_options(s.ray_port),
-    ]
+    ray_opts = ["--block", "--disable-usage-stats"]
+    head_ports = " ".join(["--include-dashboard=false", *ray_port_options(s.ray_port)])  # head-only flags too
+    worker_ports = " ".join(f"{flag}=$((base + {offset}))" for flag, offset in RAY_PORTS)
     if s.gpus_per_node is not None:
         ray_opts.append(f"--num-gpus={s.gpus_per_node}")
     temp = s.ray_temp_dir.replace("{job_id}", "${SLURM_JOB_ID}")
@@ -146,7 +149,7 @@ def render_script(
         "trap 'exit 143' INT TERM",
         'echo "swerl: Ray head on $head_node ($addr), ${#nodes[@]} node(s), temp dir $temp"',
         f'srun --overlap --nodes=1 --ntasks=1 -w "$head_node" {ray} start --head --node-ip-address="$head_ip"'
-        ' --port="$port" --temp-dir="$temp" "${ray_opts[@]}" </dev/null &',
+        f' --port="$port" --node-name="$head_node" --temp-dir="$temp" "${{ray_opts[@]}}" {head_ports} </dev/null &',
         "pids+=($!)",
         f"deadline=$((SECONDS + {int(s.join_timeout)}))",
         f'until {ray} health-check --address "$addr" >/dev/null 2>&1; do',
@@ -154,9 +157,12 @@ def render_script(
         '    [ "$SECONDS" -lt "$deadline" ] || { echo "swerl: the Ray head did not come up" >&2; exit 3; }',
         "    sleep 1",
         "done",
-        'for node in "${nodes[@]:1}"; do',
-        f'    srun --overlap --nodes=1 --ntasks=1 -w "$node" {ray} start --address="$addr"'
-        ' "${ray_opts[@]}" </dev/null &',
+        f"# node i's ports start at port + i * {s.ports_per_node} (slurm.ports_per_node)",
+        'for i in "${!nodes[@]}"; do',
+        '    [ "$i" = 0 ] && continue',
+        f"    base=$((port + i * {s.ports_per_node}))",
+        f'    srun --overlap --nodes=1 --ntasks=1 -w "${{nodes[$i]}}" {ray} start --address="$addr"'
+        f' --node-name="${{nodes[$i]}}" "${{ray_opts[@]}}" {worker_ports} </dev/null &',
         "    pids+=($!)",
         "done",
         'if [ "${#nodes[@]}" -gt 1 ]; then',

@@ -18,6 +18,7 @@ import ray
 from swerl.env.swe_env import SWEEnv
 from swerl.errors import InfraError
 from swerl.policies.base import Policy, as_decision
+from swerl.rollout.nodes import current_node
 from swerl.rollout.recorder import EpisodeRecorder
 from swerl.sandbox.base import SandboxConfig
 from swerl.tasks.instance import Instance
@@ -34,11 +35,13 @@ class EnvActorImpl:
         self.envs = [SWEEnv(tasks, sandbox_config=self.sandbox_config, **env_kwargs) for _ in range(n_envs)]
         self._recorders: dict[int, EpisodeRecorder] = {}
         self._lock = threading.Lock()
+        self._node = current_node()
 
     def where(self) -> dict[str, Any]:
         return {
             "actor": self.actor_id,
             "node": socket.gethostname(),
+            **self._node,
             "pid": os.getpid(),
             "backend": self.envs[0].backend if self.envs else "",
         }

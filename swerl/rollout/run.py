@@ -6,6 +6,7 @@ output directory. Also the entry point that Slurm and KubeRay jobs run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -41,6 +42,7 @@ def build_runner(cfg: RolloutConfig) -> RolloutRunner:
         max_retries=r.max_retries,
         actor_cpus=r.actor_cpus,
         group=r.group,
+        placement=r.placement,
         env_kwargs=env_kwargs,
         backend=cfg.backend.name,
         sink=cfg.out / "episodes.jsonl",
@@ -68,6 +70,16 @@ def summarize(episodes: list[Episode], wall: float) -> dict[str, Any]:
     }
 
 
+def cluster_summary(runner: RolloutRunner, new: list[Episode]) -> dict[str, Any]:
+    """Where this run's episodes ran, and what node deaths cost it."""
+    return {
+        "nodes": dict(Counter(e.where.get("ray_node", "") for e in new)),
+        "retried": runner.stats["retried"],
+        "retried_node_died": runner.stats["retried_node_died"],
+        "node_failures": [dataclasses.asdict(f) for f in runner.node_failures],
+    }
+
+
 def run_config(cfg: RolloutConfig, progress: Callable[[str], None] = print) -> dict[str, Any]:
     out = cfg.out
     out.mkdir(parents=True, exist_ok=True)
@@ -92,6 +104,7 @@ def run_config(cfg: RolloutConfig, progress: Callable[[str], None] = print) -> d
     summary = summarize(everything, time.monotonic() - t0) | {
         "new_episodes": len(new),
         "output_dir": str(out),
+        **cluster_summary(runner, new),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
@@ -108,4 +121,6 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"infra errors {summary['infra_errors']}   wall {summary['wall_seconds']:.1f} s",
         f"written to {summary['output_dir']}/episodes.jsonl and summary.json",
     ]
+    for f in summary.get("node_failures", []):
+        lines.insert(-1, f"node {f['node']} died: {f['episodes_retried']} episode(s) retried on other nodes")
     return "\n".join(lines)

@@ -35,6 +35,7 @@ from swerl.episode import Episode, JsonlSink
 from swerl.errors import ConfigError, InfraError
 from swerl.policies.base import Decision, Policy, act_batch
 from swerl.rollout.actor import EnvActor
+from swerl.rollout.nodes import NodeFailure, avoiding, raylet_dead
 from swerl.sandbox import reap
 from swerl.sandbox.base import default_run_id
 from swerl.tasks.instance import Instance, load_instances
@@ -107,6 +108,7 @@ class RolloutRunner:
         snapshot: Any = None,
         max_staleness: int | None = None,
         stale: str = "rerun",
+        placement: str = "pack",
     ) -> None:
         if stale not in ("drop", "rerun"):
             raise ConfigError(f"stale must be 'drop' or 'rerun', got {stale!r}")
@@ -119,6 +121,10 @@ class RolloutRunner:
             raise ConfigError("RolloutRunner needs at least one task")
         if policy.placement not in ("actor", "driver"):
             raise ConfigError(f"policy placement must be 'actor' or 'driver', got {policy.placement!r}")
+        if placement not in ("pack", "spread"):
+            raise ConfigError(
+                f"actor placement must be 'pack' or 'spread' (over the nodes), got {placement!r}"
+            )
         if num_actors < 1 or envs_per_actor < 1 or attempts < 1:
             raise ConfigError("num_actors, envs_per_actor and attempts must be at least 1")
         self.by_id = {t.instance_id: t for t in self.tasks}
@@ -150,6 +156,10 @@ class RolloutRunner:
         self.max_staleness = max_staleness
         self.stale = stale
         self._work_of: dict[tuple[str, int], Work] = {}
+        self.placement = placement
+        self.node_failures: list[NodeFailure] = []
+        self._actor_where: dict[str, Any] = {}
+        """actor id -> ref of its ``where()`` (its node), asked when it starts."""
 
     def set_policy_version(self, version: int) -> None:
         """The trainer updated the policy: episodes launched from now on carry ``version``.
@@ -169,10 +179,15 @@ class RolloutRunner:
         if self._spawned > self.num_actors * 4:
             raise InfraError(f"gave up: {self._spawned - 1} actors were started and too many died")
         actor_id = f"{self.run_id}-a{self._spawned}"
-        handle = EnvActor.options(num_cpus=self.actor_cpus, max_concurrency=self.envs_per_actor + 4).remote(
+        options: dict[str, Any] = {"num_cpus": self.actor_cpus, "max_concurrency": self.envs_per_actor + 4}
+        if self.placement == "spread":
+            options["scheduling_strategy"] = "SPREAD"
+        options |= avoiding({f.node_id for f in self.node_failures})
+        handle = EnvActor.options(**options).remote(
             self._tasks_ref, self.envs_per_actor, actor_id, self.env_kwargs
         )
         self._actors[actor_id] = handle
+        self._actor_where[actor_id] = handle.where.remote()
         self._free.extend(ActorSlot(actor_id, handle, i) for i in range(self.envs_per_actor))
 
     def start(self) -> RolloutRunner:
@@ -215,6 +230,7 @@ class RolloutRunner:
             ray.kill(handle)
             self._reap(actor_id)
         self._actors.clear()
+        self._actor_where.clear()
         self._free.clear()
         self._inflight.clear()
 
@@ -417,6 +433,8 @@ class RolloutRunner:
         dead = run.slot.actor_id
         victims = [run] + [r for r in self._inflight.values() if r.slot.actor_id == dead]
         self._inflight = {k: r for k, r in self._inflight.items() if r.slot.actor_id != dead}
+        if dead in self._actors:
+            self._check_node(dead, sum(r.work.retries < self.max_retries for r in victims))
         self._actor_died(dead, error)
         for r in victims:
             w = r.work
@@ -427,3 +445,22 @@ class RolloutRunner:
                     Episode(w.task_id, w.attempt, status="infra_error", reason="actor_died",
                             error=f"actor {dead} died: {error}", retries=w.retries)
                 )  # fmt: skip
+
+    def _check_node(self, actor_id: str, retried: int) -> None:
+        """Did ``actor_id`` die with its node? Then count its episodes as node deaths, and avoid the node."""
+        try:
+            node = ray.get(self._actor_where.pop(actor_id), timeout=0)
+        except ray.exceptions.RayError:  # it died before it said where it runs: nothing to blame
+            return
+        if not raylet_dead(node["ray_node_id"]):
+            return
+        log.warning("node %s (%s) died with actor %s: retrying %d episode(s) elsewhere",
+                    node["ray_node"], node["ray_node_id"], actor_id, retried)  # fmt: skip
+        self.stats["retried_node_died"] += retried
+        known = next((f for f in self.node_failures if f.node_id == node["ray_node_id"]), None)
+        if known:
+            known.episodes_retried += retried
+        else:
+            self.node_failures.append(
+                NodeFailure(node["ray_node_id"], node["ray_node"], time.time(), retried)
+            )
