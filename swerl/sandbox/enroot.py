@@ -28,8 +28,9 @@ the sandbox's lifetime (see ``enroot_jail.py``); everything the sandbox started 
 it. ``isolation: enroot`` (non-root) is Enroot's own: user and mount namespaces, host pids
 visible, no limits beyond rlimits and the Slurm job's cgroup, and the network isolated only
 with ``unshare --net`` (root) or accepted with ``network_isolation: none``. In both, the
-server runs under ``setpriv``: capabilities bounded to ``cap_add``, ``no_new_privs``, and
-``SandboxConfig.user``. The enroot process itself gets a clean environment (PATH, HOME, USER,
+server runs under ``setpriv``: capabilities bounded to ``cap_add`` and ``no_new_privs``.
+``SandboxConfig.user`` must be root: Enroot maps one uid into a container, so there is no
+other user to switch to (a ConfigError says so). The enroot process itself gets a clean environment (PATH, HOME, USER,
 LOGNAME, ENROOT_* site settings, swerl's ENROOT_*_PATH, ``enroot_env``): API keys in the host
 environment never reach a sandbox. swerl's directories (``$XDG_CACHE_HOME/swerl/enroot`` or
 ``~/.cache/swerl/enroot``, or ``root``/$SWERL_ENROOT_ROOT) are created mode 0700; a
@@ -51,6 +52,7 @@ Every failure or timeout of enroot or srun is a SandboxError carrying its stderr
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import itertools
 import json
@@ -70,7 +72,14 @@ from typing import Any
 
 from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxError
 from swerl.sandbox.base import ChannelSandbox, SandboxConfig
-from swerl.sandbox.enroot_jail import JAIL_MARK, Limits, jail_argv, make_limits, privilege_prefix
+from swerl.sandbox.enroot_jail import (
+    JAIL_MARK,
+    ROOT_USERS,
+    Limits,
+    jail_argv,
+    make_limits,
+    privilege_prefix,
+)
 from swerl.sandbox.shell import ShellChannel, encode_env, server_command
 
 log = logging.getLogger(__name__)
@@ -479,12 +488,12 @@ class EnrootSandbox(ChannelSandbox):
 
     def _check_user(self) -> None:
         user = self.config.user or "root"
-        if user in ("root", "0", "0:0") or (os.geteuid() == 0 and self.options.launcher == "enroot"):
-            return  # as root, setpriv in the container can switch to any user
-        raise ConfigError(
-            f"user {user!r} cannot be honoured: an unprivileged enroot or Pyxis container maps only root "
-            "(or the calling user), so it cannot switch users. Use user: root, or run swerl as root"
-        )
+        if user not in ROOT_USERS:
+            raise ConfigError(
+                f"the enroot backend cannot run a sandbox as user {user!r}: Enroot maps only one uid into "
+                "a container (root, uid map `0 0 1`, or the calling user), so no other user exists there "
+                "to switch to. Use user: root (capabilities are still bounded to cap_add)"
+            )
 
     def _from_image(self) -> bool:
         mode = self.options.start_from
@@ -567,8 +576,7 @@ class EnrootSandbox(ChannelSandbox):
             "--no-container-mount-home",
             f"--container-workdir={cfg.workdir or '/'}",
         ]
-        if (cfg.user or "root") in ("root", "0", "0:0"):
-            argv.append("--container-remap-root")
+        argv.append("--container-remap-root")
         if opts.mounts:
             argv.append(f"--container-mounts={','.join(opts.mounts)}")
         return [*argv, *opts.srun_args, *self._inner()]
@@ -653,9 +661,9 @@ _KNOWN_OPTIONS: dict[tuple[str, str, str], EnrootOptions] = {}
 """Option sets this process used, so ``reap(run_id)`` also finds sandboxes in custom roots."""
 
 
-def _reap_jails(runtime: Path, pattern: re.Pattern[str]) -> int:
+def _reap_jails(runtime: Path, pattern: re.Pattern[str]) -> set[str]:
     """Kill running sandboxes of the pattern by their pid files; remove their cgroups."""
-    n = 0
+    killed = set()
     for path in runtime.glob(f"{NAME_PREFIX}*.jail"):
         name = path.name.removesuffix(".jail")
         if not pattern.fullmatch(name):
@@ -672,18 +680,19 @@ def _reap_jails(runtime: Path, pattern: re.Pattern[str]) -> int:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            n += 1
+            killed.add(name)
         Limits(cgroups=[Path(d) for d in record.get("cgroups", [])]).remove()
         path.unlink(missing_ok=True)
-    return n
+    return killed
 
 
 def reap(run_id: str | None = None, **options: Any) -> int:
-    """Remove swerl's enroot sandboxes: of one run, or all of them. Returns how many."""
+    """End and remove swerl's enroot sandboxes: of one run, or all of them. Returns how many."""
     candidates = [EnrootOptions.from_kwargs(options)] if options else []
     candidates += [*_KNOWN_OPTIONS.values(), EnrootOptions()] if not options else []
     pattern = container_pattern(run_id)
-    removed, seen = 0, set()
+    removed: set[str] = set()
+    seen = set()
     for opts in candidates:
         key = (opts.binary, str(opts.root_dir), opts.data_dir)
         if key in seen:
@@ -694,20 +703,25 @@ def reap(run_id: str | None = None, **options: Any) -> int:
         try:
             dirs = opts.dirs()
             env = opts.process_env(dirs)
-            removed += _reap_jails(dirs["runtime"], pattern)
-            # swerl's data dir, then the node's default one (where Pyxis puts named containers)
-            node_env = {k: v for k, v in env.items() if k not in _SWERL_PATHS}
-            for e in (env, node_env):
-                listing = run_cli([opts.binary, "list"], e, opts.cli_timeout, "enroot list")
-                names = [n for n in listing.split() if pattern.fullmatch(n)]
-                if names:
-                    run_cli([opts.binary, "remove", "-f", *names], e, opts.cli_timeout, "enroot remove")
-                removed += len(names)
+            removed |= _reap_jails(dirs["runtime"], pattern)
+            removed |= _remove_listed(opts, env, pattern)
         except SandboxError:
             if len(candidates) == 1:
                 raise
             continue
-    return removed
+        # The node's default data dir, where Pyxis keeps named containers (it may not exist).
+        node_env = {k: v for k, v in env.items() if k not in _SWERL_PATHS}
+        with contextlib.suppress(SandboxError):
+            removed |= _remove_listed(opts, node_env, pattern)
+    return len(removed)
 
 
 _SWERL_PATHS = ("ENROOT_DATA_PATH", "ENROOT_CACHE_PATH", "ENROOT_RUNTIME_PATH")
+
+
+def _remove_listed(opts: EnrootOptions, env: dict[str, str], pattern: re.Pattern[str]) -> set[str]:
+    listing = run_cli([opts.binary, "list"], env, opts.cli_timeout, "enroot list")
+    names = [n for n in listing.split() if pattern.fullmatch(n)]
+    if names:
+        run_cli([opts.binary, "remove", "-f", *names], env, opts.cli_timeout, "enroot remove")
+    return {n.removeprefix("pyxis_") for n in names}

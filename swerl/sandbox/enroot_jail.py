@@ -25,8 +25,7 @@ These mounts are made by real root in namespaces owned by the host's user
 namespace, so inside enroot's user namespace they are locked: the sandbox can
 neither unmount them nor remount them writable, nor mount a new proc or sysfs.
 Capabilities are bounded to ``cap_add`` and ``no_new_privs`` is set by ``setpriv``
-inside the container (see ``privilege_prefix``), which also switches to
-``SandboxConfig.user``. Limits: a cgroup per sandbox (memory, cpu, pids) where
+inside the container (see ``privilege_prefix``). Limits: a cgroup per sandbox (memory, cpu, pids) where
 swerl may create one, else rlimits (address space; processes per uid for a
 non-root user), see ``Limits``.
 """
@@ -297,33 +296,22 @@ _CAP = re.compile(r"(?:CAP_)?([A-Za-z_]+)\Z")
 PRIVILEGE_SCRIPT = r"""
 if ! command -v setpriv >/dev/null 2>&1; then
     echo "swerl: the image has no setpriv (util-linux), which the enroot backend needs to bound" \
-        "capabilities to cap_add and to run as the configured user" >&2
+        "capabilities to cap_add" >&2
     exit 127
 fi
-caps=$1 user=$2 group=$3
-shift 3
-ids=()
-if [ -n "$user" ]; then
-    if [ -z "$group" ]; then
-        group=$(id -g -- "$user") || { echo "swerl: no user $user in the image" >&2; exit 126; }
-    fi
-    ids=(--reuid "$user" --regid "$group")
-    if getent passwd "$user" >/dev/null 2>&1; then ids+=(--init-groups); else ids+=(--clear-groups); fi
-fi
-exec setpriv --bounding-set "$caps" --inh-caps -all --no-new-privs "${ids[@]}" -- "$@"
+exec setpriv --bounding-set "$1" --inh-caps -all --no-new-privs -- "${@:2}"
 """
+
+ROOT_USERS = ("", "root", "0", "0:0", "root:root")
 
 
 def privilege_prefix(config: SandboxConfig) -> list[str]:
-    """argv prefix run inside the container: bound capabilities to ``cap_add``, set
-    ``no_new_privs`` and switch to ``config.user`` (``name``, ``uid``, ``user:group``)."""
+    """argv prefix run inside the container: capabilities bounded to ``cap_add`` and
+    ``no_new_privs`` set (as Docker's ``cap_drop=ALL``, ``cap_add``, ``no-new-privileges``)."""
     caps = []
     for cap in config.cap_add:
         m = _CAP.match(cap.strip())
         if not m:
             raise ConfigError(f"invalid capability in cap_add: {cap!r}")
         caps.append("+all" if m.group(1).upper() == "ALL" else f"+{m.group(1).lower()}")
-    user, _, group = (config.user or "root").partition(":")
-    if user in ("root", "0") and group in ("", "root", "0"):
-        user = group = ""
-    return ["bash", "-c", PRIVILEGE_SCRIPT, "swerl-priv", ",".join(["-all", *caps]), user, group]
+    return ["bash", "-c", PRIVILEGE_SCRIPT, "swerl-priv", ",".join(["-all", *caps])]
