@@ -374,6 +374,9 @@ class _Container:
     timeout: float
     what: str = "enroot start"
     """How errors name the start process (``srun (job J)`` under Pyxis)."""
+    grace: float = 0.5
+    """Seconds close waits for the start process to end by itself before killing it: a jail ends
+    in a few ms; srun only after Pyxis has removed the step's container."""
     created: bool = False
     """An ``enroot create`` container exists that close must remove."""
     proc: subprocess.Popen | None = None
@@ -385,16 +388,15 @@ class _Container:
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        for f in (proc.stdin, proc.stdout):
-            try:
-                if f:
-                    f.close()
-            except OSError:
-                pass
-        # The server has been told to quit; a jail then goes down in a few ms.
-        if _poll(proc, 0.5) is None:
+        # stdin first: srun dies of SIGPIPE if its stdout closes before it ends, cutting short
+        # Pyxis's removal of the step's container.
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        if _poll(proc, self.grace) is None:  # the server was told to quit
             _killpg(proc)
             proc.wait()
+        with contextlib.suppress(OSError):
+            proc.stdout.close()
 
     def destroy(self) -> None:
         self.stop()
@@ -466,7 +468,7 @@ class EnrootSandbox(ChannelSandbox):
                 penv = env
             else:
                 argv, penv = self._pyxis_argv(sqsh), self._pyxis_env(env)
-                c.what = f"srun (job {os.environ['SLURM_JOB_ID']})"
+                c.what, c.grace = f"srun (job {os.environ['SLURM_JOB_ID']})", opts.cli_timeout
             self._launch(c, argv, penv, dirs)
         except BaseException:
             self.close()

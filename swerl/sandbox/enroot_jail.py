@@ -153,7 +153,7 @@ class Limits:
         self.cgroups = []
 
 
-def _own_cgroups() -> dict[str, Path]:
+def own_cgroups() -> dict[str, Path]:
     """Controller -> this process's cgroup directory, for v1 hierarchies and the v2 one."""
     mounts: dict[str, tuple[str, str]] = {}  # controller -> (mount root, mount point)
     with open("/proc/self/mountinfo") as f:
@@ -190,7 +190,7 @@ def make_limits(name: str, config: SandboxConfig) -> Limits:
     if config.memory and memory <= 0:
         raise ConfigError(f"cannot read memory limit {config.memory!r}")
     limits = Limits()
-    own = _own_cgroups()
+    own = own_cgroups()
     wanted = {"memory": memory, "cpus": config.cpus, "pids": config.pids_limit}
     period, quota = _cpu_period_quota(config.cpus) if config.cpus else (0, 0)
     v1 = {
