@@ -77,6 +77,7 @@ from swerl.sandbox.enroot_jail import (
     ROOT_USERS,
     Limits,
     jail_argv,
+    limited_argv,
     make_limits,
     privilege_prefix,
 )
@@ -542,15 +543,15 @@ class EnrootSandbox(ChannelSandbox):
         for m in opts.mounts:
             argv += ["-m", m]
         argv += [target, *self._inner()]
+        c.limits = make_limits(self.name, cfg)
         if jail:
-            c.limits = make_limits(self.name, cfg)
             c.pid_path = dirs["runtime"] / f"{self.name}.jail"
             return jail_argv(self.name, argv, network=not isolate_net, lifetime=cfg.lifetime, limits=c.limits)
         if isolate_net:
             argv = ["unshare", "--net", "--", "sh", "-c", _LO_UP, "swerl-netns", *argv]
         if cfg.lifetime:
             argv = ["timeout", "-s", "KILL", str(int(cfg.lifetime)), *argv]
-        return argv
+        return limited_argv(argv, c.limits)
 
     def _pyxis_argv(self, sqsh: Path) -> list[str]:
         cfg, opts = self.config, self.options

@@ -270,6 +270,13 @@ def _v2_cgroup(d: Path, memory: int, period: int, quota: int, pids: int, limits:
         limits.applied["cpus" if ctrl == "cpu" else ctrl] = "cgroup"
 
 
+def limited_argv(argv: list[str], limits: Limits) -> list[str]:
+    """``argv`` in the sandbox's cgroups, or under its rlimits."""
+    if not (limits.cgroups or limits.rlimits):
+        return argv
+    return ["bash", "-c", ENTER_SCRIPT, "swerl-enter", *limits.enter_args(), "--", *argv]
+
+
 def jail_argv(name: str, argv: list[str], *, network: bool, lifetime: float, limits: Limits) -> list[str]:
     """``argv`` (an ``enroot start``) inside swerl's namespaces, cgroups and lifetime."""
     unshare = ["unshare", "--fork", "--kill-child", "--pid", "--mount-proc", "--uts", "--ipc"]
@@ -277,18 +284,7 @@ def jail_argv(name: str, argv: list[str], *, network: bool, lifetime: float, lim
         unshare.append("--net")
     life = str(max(1, int(lifetime))) if lifetime else "0"
     jail = ["bash", "-c", JAIL_SCRIPT, f"{JAIL_MARK}:{name}", "0" if network else "1", life]
-    return [
-        "bash",
-        "-c",
-        ENTER_SCRIPT,
-        "swerl-enter",
-        *limits.enter_args(),
-        "--",
-        *unshare,
-        "--",
-        *jail,
-        *argv,
-    ]
+    return limited_argv([*unshare, "--", *jail, *argv], limits)
 
 
 _CAP = re.compile(r"(?:CAP_)?([A-Za-z_]+)\Z")
