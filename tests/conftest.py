@@ -89,10 +89,20 @@ def kubernetes_api(docker_client, run_id, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def enroot_double(tmp_path_factory, run_id):
-    """The enroot CLI test double (tests/enroot_double/enroot) via SWERL_ENROOT, in a temp root."""
-    from enroot_double import use_double
+    """The enroot CLI via SWERL_ENROOT, in a temp root: the test double (tests/enroot_double/enroot),
+    or the real Enroot when SWERL_ENROOT_REAL=/path/to/enroot is set."""
+    from enroot_double import enroot_binary, use_double
 
-    yield from use_double(tmp_path_factory.mktemp("enroot"), run_id)
+    yield from use_double(tmp_path_factory.mktemp("enroot"), run_id, enroot_binary())
+
+
+@pytest.fixture
+def double_only():
+    """Skip a failure-injection test when the tests run against the real Enroot."""
+    from enroot_double import ENV_REAL
+
+    if os.environ.get(ENV_REAL):
+        pytest.skip(f"injects failures through the enroot test double (${ENV_REAL} is set)")
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 
 import pytest
 
@@ -56,13 +57,14 @@ def test_stdout_stderr_interleaved_in_order(sandbox):
 
 def test_timeout_kills_grandchildren_and_sandbox_stays_usable(sandbox):
     start = time.monotonic()
+    s = f"300.{uuid.uuid4().int % 10**9}"  # a unique marker: sandboxes may share the host's pids
     r = sandbox.execute(
-        "(sleep 300; echo survived > /tmp/g) & (trap '' TERM; sleep 300) & sleep 300", timeout=1
+        f"(sleep {s}; echo survived > /tmp/g) & (trap '' TERM; sleep {s}) & sleep {s}", timeout=1
     )
     assert r.timed_out and r.returncode == 137
     assert time.monotonic() - start < 10
     time.sleep(0.2)
-    ps = sandbox.execute("ps -eo cmd | grep -c '^sleep 300' || true")
+    ps = sandbox.execute(f"ps -eo cmd | grep -c '^sleep {s}' || true")
     assert ps.output.strip() == "0", ps.output
     assert sandbox.execute("echo ok").output == "ok\n"
     assert sandbox.execute("test -e /tmp/g").returncode == 1

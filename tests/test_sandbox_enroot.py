@@ -1,23 +1,39 @@
-"""Enroot-specific behaviour, against the enroot CLI test double (tests/enroot_double/enroot).
+"""Enroot-specific behaviour: isolation, limits, environment, lifecycle, reaping, Pyxis.
 
-The backend code is the one that drives real enroot; only the binary is the double.
+Against the enroot CLI test double (tests/enroot_double/enroot), which behaves like
+Enroot 4.1.2 where it matters (clears the environment, login shell, no pid namespace,
+uid map 0 0 1, all capabilities, host /proc and /sys), or against the real Enroot when
+SWERL_ENROOT_REAL=/path/to/enroot is set (failure injection then skips). The backend
+code is the one that drives real enroot. Host-process checks use unique markers.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import shutil
 import stat
+import subprocess
 import threading
+import time
+import uuid
 
 import pytest
 
 from swerl.env import actions
 from swerl.env.swe_env import SWEEnv
-from swerl.errors import BackendUnavailable, ImageMissing, SandboxError
+from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxError
 from swerl.policies.scripted import GoldPolicy
+from swerl.sandbox.base import DEFAULT_CAPS
+from swerl.sandbox.docker import DockerSandbox
 from swerl.sandbox.enroot import EnrootSandbox, reap
 from swerl.tasks.instance import load_instances
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="swerl's isolation around enroot needs root")
+
+# Linux capability numbers (capability.h), for CapBnd masks.
+CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7}
 
 
 @pytest.fixture
@@ -31,6 +47,32 @@ def names(root: str) -> list[str]:
     return sorted(n for n in os.listdir(data) if not n.startswith(".")) if os.path.isdir(data) else []
 
 
+def marker() -> str:
+    return f"swerl-marker-{uuid.uuid4().hex[:12]}"
+
+
+def host_pids(mark: str) -> list[int]:
+    """Host processes whose command line starts with ``mark``."""
+    out = subprocess.run(["pgrep", "-f", f"^{mark}"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def wait_until(cond, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture
+def sandbox(base_image, sandbox_config, enroot_double):
+    with EnrootSandbox(base_image, sandbox_config) as sb:
+        yield sb
+
+
+# ------------------------------------------------------------------ directories, failures
 def test_directories_are_private_and_world_writable_is_refused(
     tmp_path, monkeypatch, base_image, enroot_double
 ):
@@ -48,10 +90,19 @@ def test_directories_are_private_and_world_writable_is_refused(
         EnrootSandbox(base_image, root=str(shared)).start()
 
 
-@pytest.mark.parametrize("step", ["import", "create", "start"])
-def test_a_failing_enroot_is_a_sandbox_error_with_its_stderr(step, fresh_root, base_image, sandbox_config):
+@pytest.mark.parametrize(
+    ("step", "start_from"),
+    [("import", "image"), ("start", "image"), ("create", "create")],
+)
+def test_a_failing_enroot_is_a_sandbox_error_with_its_stderr(
+    step, start_from, fresh_root, base_image, sandbox_config, double_only
+):
     sb = EnrootSandbox(
-        base_image, sandbox_config, root=fresh_root, enroot_env={"SWERL_ENROOT_DOUBLE_FAIL": step}
+        base_image,
+        sandbox_config,
+        root=fresh_root,
+        start_from=start_from,
+        enroot_env={"SWERL_ENROOT_DOUBLE_FAIL": step},
     )
     with pytest.raises(SandboxError, match=f"{step} told to fail"):
         sb.start()
@@ -93,59 +144,191 @@ def test_concurrent_imports_of_one_image_make_one_file(fresh_root, base_image, s
     assert names(fresh_root) == []
 
 
-def test_close_removes_and_reap_removes_a_runs_leftovers(base_image, sandbox_config, enroot_double):
-    cfg = sandbox_config.replace(run_id="test-enroot-reap")
-    left = [EnrootSandbox(base_image, cfg).start() for _ in range(2)]
+# ------------------------------------------------------------------ lifecycle and reaping
+def test_reap_ends_a_runs_sandboxes_and_close_after_reap_is_quiet(
+    base_image, sandbox_config, enroot_double, caplog
+):
+    cfg = sandbox_config.replace(run_id=f"test-enroot-reap-{uuid.uuid4().hex[:6]}")
+    # one started from the image, one created (a full copy that close or reap must delete)
+    left = [EnrootSandbox(base_image, cfg, start_from=s).start() for s in ("image", "create")]
     other = EnrootSandbox(base_image, sandbox_config).start()
     try:
-        assert all(sb.name.startswith("swerl-test-enroot-reap-") for sb in left)
-        assert reap("test-enroot-reap") == 2
-        assert other.name in names(str(enroot_double)) and left[0].name not in names(str(enroot_double))
+        assert left[1].name in names(str(enroot_double))
+        assert reap(cfg.run_id) == 2
+        for sb in left:
+            with pytest.raises(SandboxError):
+                sb.execute("true")
+        assert other.execute("echo alive").output == "alive\n"
+        assert left[1].name not in names(str(enroot_double))
+        with caplog.at_level(logging.WARNING):
+            for sb in left:
+                sb.close()
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
         other.close()
-        assert other.name not in names(str(enroot_double))
     finally:
         for sb in [*left, other]:
             sb.close()
 
 
-def test_pyxis_launcher_srun_failure_is_a_sandbox_error(
-    base_image, sandbox_config, monkeypatch, enroot_double
-):
-    if not any(os.access(os.path.join(p, "srun"), os.X_OK) for p in os.environ["PATH"].split(":")):
-        pytest.skip("no srun")
-    monkeypatch.setenv("SLURM_JOB_ID", "999999999")  # no such job: the real srun fails
-    sb = EnrootSandbox(base_image, sandbox_config, launcher="pyxis", network_isolation="none")
-    with pytest.raises(SandboxError, match="srun"):
-        sb.start()
+@needs_root
+def test_close_kills_everything_the_sandbox_started(sandbox):
+    mark = marker()
+    # detached three ways: a new session, nohup, and a double fork
+    sandbox.execute(f"setsid bash -c 'exec -a {mark}-a sleep 300' >/dev/null 2>&1 &")
+    sandbox.execute(f"nohup bash -c 'exec -a {mark}-b sleep 300' >/dev/null 2>&1 &")
+    sandbox.execute(f"( ( exec -a {mark}-c sleep 300 ) & ) >/dev/null 2>&1")
+    assert wait_until(lambda: len(host_pids(mark)) == 3), host_pids(mark)
+    sandbox.close()
+    assert wait_until(lambda: not host_pids(mark), 5.0), host_pids(mark)
 
 
+# ------------------------------------------------------------------ isolation
+@needs_root
+def test_host_processes_are_invisible_and_out_of_reach(sandbox):
+    mark = marker()
+    host = subprocess.Popen(["bash", "-c", f"exec -a {mark} sleep 120"])
+    try:
+        assert wait_until(lambda: host_pids(mark) == [host.pid])
+        seen = sandbox.execute(f"ps -eo args | grep -c '^{mark}' || true").output.strip()
+        assert seen == "0"
+        assert int(sandbox.execute("ps -e --no-headers | wc -l").output) < 20
+        r = sandbox.execute(f"kill -TERM {host.pid}")
+        assert r.returncode != 0 and "No such process" in r.output
+        assert host.poll() is None
+    finally:
+        host.kill()
+        host.wait()
+
+
+@needs_root
+def test_host_kernel_settings_sysfs_and_devices_are_out_of_reach(sandbox):
+    for path in ("/proc/sys/kernel/hostname", "/proc/sys/vm/drop_caches", "/proc/sysrq-trigger"):
+        r = sandbox.execute(f"echo 1 > {path}")
+        assert r.returncode != 0, (path, r.output)
+    assert sandbox.execute("hostname").output == "sandbox\n"
+    assert sandbox.execute("touch /sys/x").returncode != 0
+    assert sandbox.execute("ls /sys/class/net").output.split() == ["lo"]
+    devices = set(sandbox.execute("ls /dev").output.split())
+    assert devices <= {"null", "zero", "full", "random", "urandom", "tty", "fuse", "pts", "shm", "mqueue"} | {
+        "fd",
+        "ptmx",
+        "stdin",
+        "stdout",
+        "stderr",
+    }, devices
+    for cmd in ("umount /proc/sys", "mount -o remount,rw /proc/sys", "mount -t proc proc /mnt"):
+        assert sandbox.execute(cmd).returncode != 0, cmd
+    assert sandbox.execute(
+        "grep -c . /sys/fs/cgroup/pids/pids.max >/dev/null; touch /sys/fs/cgroup/x"
+    ).returncode
+
+
+@needs_root
+def test_capabilities_are_cap_add_and_other_users_are_refused(base_image, sandbox_config, enroot_double):
+    def bounding(sb) -> int:
+        line = sb.execute("grep CapBnd /proc/self/status").output
+        return int(line.split()[1], 16)
+
+    with EnrootSandbox(base_image, sandbox_config) as sb:
+        assert bounding(sb) == sum(1 << CAP_BITS[c] for c in DEFAULT_CAPS)
+        assert sb.execute("mount -t tmpfs none /mnt").returncode != 0  # no CAP_SYS_ADMIN
+        assert sb.execute("grep NoNewPrivs /proc/self/status").output.split()[1] == "1"
+    with EnrootSandbox(base_image, sandbox_config.replace(cap_add=("CHOWN", "KILL"))) as sb:
+        assert bounding(sb) == (1 << 0) | (1 << 5)
+        assert sb.execute("touch /tmp/f && chown 0:0 /tmp/f").returncode == 0
+        assert sb.execute("mknod /tmp/n c 1 3").returncode != 0  # no CAP_MKNOD
+    with pytest.raises(ConfigError, match=r"cannot run a sandbox as user 'nobody'.*uid map"):
+        EnrootSandbox(base_image, sandbox_config.replace(user="nobody")).start()
+    with pytest.raises(ConfigError, match="invalid capability"):
+        EnrootSandbox(base_image, sandbox_config.replace(cap_add=("SYS ADMIN",))).start()
+
+
+@needs_root
+def test_memory_and_pids_limits_are_applied(base_image, sandbox_config, enroot_double):
+    cfg = sandbox_config.replace(memory="64m", pids_limit=40, cpus=0.5)
+    with EnrootSandbox(base_image, cfg) as sb:
+        assert sb.limits == {"memory": "cgroup", "cpus": "cgroup", "pids": "cgroup"}
+        r = sb.execute("python3 -c 'b = bytearray(256 << 20); print(\"allocated\")'")
+        assert r.returncode == 137 and "allocated" not in r.output, r.output
+        forks = (
+            "import os, time\nn = 0\ntry:\n    for _ in range(100):\n        if os.fork() == 0:\n"
+            "            time.sleep(2)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n"
+        )
+        sb.write_file("/tmp/forks.py", forks.encode())
+        assert int(sb.execute("python3 /tmp/forks.py").output) < 40
+        assert sb.execute("echo still-here").output == "still-here\n"
+
+
+# ------------------------------------------------------------------ environment
+@pytest.fixture(scope="module")
+def env_image(docker_client, base_image) -> str:
+    """An image with its own ENV (PATH and a value with spaces), as task images have."""
+    import io
+
+    tag = "swerl-test-env:1"
+    dockerfile = (
+        f"FROM {base_image}\n"
+        'ENV PATH=/opt/swerl-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin GREETING="a b"\n'
+        'CMD ["bash"]\n'
+    )
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    return tag
+
+
+def test_environment_is_exactly_dockers(env_image, sandbox_config, enroot_double, docker_client):
+    env = {"QUOTED": '"kept"', "LINES": "one\ntwo\nTHREE=3", "ODD": "$HOME `id` it's", "UNI": "é ✓"}
+    cfg = sandbox_config.replace(env=env)
+    show = "env -0 | sort -z"
+    with DockerSandbox(env_image, cfg, client=docker_client) as docker_sb:
+        expected = docker_sb.execute(show).raw
+    with EnrootSandbox(env_image, cfg) as sb:
+        got = sb.execute(show).raw
+        assert sb.execute("echo $PATH", env={"PATH": "/x:/bin"}).output == "/x:/bin\n"
+    assert got.split(b"\0") == expected.split(b"\0")
+    assert b"PATH=/opt/swerl-bin:" in got and b"LINES=one\ntwo\nTHREE=3" in got
+
+
+# ------------------------------------------------------------------ a container that dies
 @pytest.fixture
 def task(task_images):
     return load_instances("swerl-mini")[0]
 
 
-def _gold_actions(task):
-    return GoldPolicy().script(task, 0)
+def _jail_init(proc) -> int:
+    """The host pid of the sandbox's pid 1 (the child of unshare)."""
+    with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+        return int(f.read().split()[0])
 
 
-def test_episode_ends_infra_error_not_zero_when_the_container_dies(task, sandbox_config, enroot_double):
+@pytest.mark.parametrize("victim", ["start process", "sandbox init"])
+def test_episode_ends_infra_error_not_zero_when_the_container_dies(
+    victim, task, sandbox_config, enroot_double
+):
     env = SWEEnv([task], backend="enroot", sandbox_config=sandbox_config)
     try:
         env.reset(options={"task": task.instance_id})
-        env.sandbox._c.proc.kill()  # the enroot start process dies mid-episode
-        env.sandbox._c.proc.wait()
+        proc = env.sandbox._c.proc
+        if victim == "start process":
+            proc.kill()
+        else:
+            if os.geteuid() != 0:
+                pytest.skip("no sandbox init without swerl's isolation (root)")
+            os.kill(_jail_init(proc), 9)
+        proc.wait()
         _obs, reward, terminated, truncated, info = env.step(actions.bash("ls"))
         assert info["status"] == "infra_error" and math.isnan(reward) and truncated and not terminated
     finally:
         env.close()
 
 
-def test_episode_ends_infra_error_not_zero_when_grading_cannot_start(task, sandbox_config, enroot_double):
+def test_episode_ends_infra_error_not_zero_when_grading_cannot_start(
+    task, sandbox_config, enroot_double, double_only
+):
     env = SWEEnv([task], backend="enroot", sandbox_config=sandbox_config, grade_retries=0)
     try:
         env.reset(options={"task": task.instance_id})
-        env.backend_options["enroot_env"] = {"SWERL_ENROOT_DOUBLE_FAIL": "create"}  # grading sandboxes
-        for action in _gold_actions(task):
+        env.backend_options["enroot_env"] = {"SWERL_ENROOT_DOUBLE_FAIL": "start"}  # grading sandboxes
+        for action in GoldPolicy().script(task, 0):
             _obs, reward, terminated, truncated, info = env.step(action)
             if terminated or truncated:
                 break
@@ -153,3 +336,71 @@ def test_episode_ends_infra_error_not_zero_when_grading_cannot_start(task, sandb
         assert "told to fail" in info.get("error", "") + str(info.get("grade", ""))
     finally:
         env.close()
+
+
+# ------------------------------------------------------------------ Pyxis (real srun + Pyxis only)
+def _has_pyxis() -> bool:
+    if not shutil.which("srun"):
+        return False
+    out = subprocess.run(["srun", "--help"], capture_output=True, text=True, timeout=30).stdout
+    return "--container-image" in out
+
+
+def test_pyxis_srun_failure_names_srun_and_the_job(base_image, sandbox_config, monkeypatch, enroot_double):
+    if not shutil.which("srun"):
+        pytest.skip("no srun")
+    monkeypatch.setenv("SLURM_JOB_ID", "999999999")  # no such job: the real srun fails
+    sb = EnrootSandbox(base_image, sandbox_config, launcher="pyxis", network_isolation="none")
+    with pytest.raises(SandboxError, match=r"srun \(job 999999999\)"):
+        sb.start()
+    monkeypatch.delenv("SLURM_JOB_ID")
+    with pytest.raises(SandboxError, match="SLURM_JOB_ID is not set"):
+        EnrootSandbox(base_image, sandbox_config, launcher="pyxis", network_isolation="none").start()
+
+
+@pytest.fixture(scope="module")
+def slurm_job():
+    """A running Slurm job to start Pyxis steps in (real Slurm with the Pyxis plugin and a real
+    Enroot on the node); cancelled at the end."""
+    if not (_has_pyxis() and os.environ.get("SWERL_ENROOT_REAL")):
+        pytest.skip("needs Slurm with Pyxis and a real Enroot (SWERL_ENROOT_REAL)")
+    job = subprocess.run(
+        ["sbatch", "--parsable", "--cpus-per-task=1", "--time=20", "--wrap", "sleep 1200"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        state = lambda: subprocess.run(  # noqa: E731
+            ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True
+        ).stdout.strip()
+        if not wait_until(lambda: state() == "RUNNING", 60):
+            pytest.skip(f"job {job} did not start: {state()}")
+        yield job
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)
+
+
+def _node_containers() -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "USER")}
+    out = subprocess.run(
+        [os.environ["SWERL_ENROOT_REAL"], "list"], env=env, capture_output=True, text=True
+    ).stdout
+    return [n for n in out.split() if n.startswith("pyxis_")]
+
+
+def test_pyxis_partial_lines_binary_files_env_and_no_leftovers(
+    slurm_job, base_image, sandbox_config, monkeypatch, enroot_double
+):
+    monkeypatch.setenv("SLURM_JOB_ID", slurm_job)
+    before = _node_containers()
+    opts = {"launcher": "pyxis", "network_isolation": "none"}
+    with EnrootSandbox(base_image, sandbox_config.replace(workdir="/tmp"), **opts) as sb:
+        assert sb.execute("printf abc", timeout=20).output == "abc"  # no newline: held without --unbuffered
+        data = os.urandom(5000)
+        sb.write_file("/tmp/blob", data)
+        assert sb.read_file("/tmp/blob") == data
+        assert sb.execute("pwd").output == "/tmp\n"
+        shown = sb.execute("env").output
+        assert "SLURM_" not in shown and "ENROOT_" not in shown, shown
+    assert wait_until(lambda: _node_containers() == before, 10), _node_containers()

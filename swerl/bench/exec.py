@@ -1,8 +1,9 @@
-"""Per-command latency: swerl's Docker sandbox against mini-swe-agent's DockerEnvironment.
+"""Per-command latency and sandbox start/close: swerl against mini-swe-agent's DockerEnvironment.
 
 Same image, same commands, one run. mini-swe-agent runs each command as a
 ``docker exec`` subprocess; swerl sends it over one long-lived channel. Also the
 drop-in: swerl's MiniSweEnvironment against DockerEnvironment, both in a login shell.
+With ``--backend enroot`` swerl's Enroot sandbox is measured beside its Docker one.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import argparse
 import os
 import time
 
+from swerl.bench._backends import add_backend_arg, compared, reap_all
 from swerl.bench._stats import percentiles_ms, table
+from swerl.sandbox import make_sandbox
 from swerl.sandbox.base import SandboxConfig
-from swerl.sandbox.docker import DockerSandbox, connect, reap
+from swerl.sandbox.docker import connect
 from swerl.sandbox.miniswe import MiniSweEnvironment
 from swerl.tasks.images import build_base_image
 
@@ -30,11 +33,28 @@ def _time_calls(call, n: int) -> list[float]:
     return samples
 
 
+def _lifecycle(backend: str, image: str, config: SandboxConfig, n: int) -> tuple[list[float], list[float]]:
+    """Seconds to start a sandbox (until its first command can run) and to close it."""
+    starts, closes = [], []
+    make_sandbox(backend, image, config).start().close()  # warm up (imports the image once)
+    for _ in range(n):
+        sb = make_sandbox(backend, image, config)
+        t = time.perf_counter()
+        sb.start()
+        starts.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        sb.close()
+        closes.append(time.perf_counter() - t)
+    return starts, closes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m swerl.bench exec", description=__doc__)
     parser.add_argument("--n", type=int, default=500, help="commands timed on swerl")
     parser.add_argument("--n-peer", type=int, default=100, help="commands timed on mini-swe-agent")
+    parser.add_argument("--n-start", type=int, default=10, help="sandbox starts/closes timed per backend")
     parser.add_argument("--image", default=None, help="image (default: the swerl base image)")
+    add_backend_arg(parser)
     args = parser.parse_args(argv)
 
     os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
@@ -43,11 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     client = connect()
     image = args.image or build_base_image(client=client)
     config = SandboxConfig(run_id=f"bench-exec-{os.getpid()}")
-    results = {}
+    backends = compared(args.backend)
+    results, lifecycle = {}, {}
     try:
-        with DockerSandbox(image, config, client=client) as sb:
-            _time_calls(lambda c: sb.execute(c, cwd="/"), 20)  # warm up
-            results["swerl"] = _time_calls(lambda c: sb.execute(c, cwd="/"), args.n)
+        for backend in backends:
+            with make_sandbox(backend, image, config) as sb:
+                _time_calls(lambda c, sb=sb: sb.execute(c, cwd="/"), 20)  # warm up
+                results[f"swerl {backend}"] = _time_calls(lambda c, sb=sb: sb.execute(c, cwd="/"), args.n)
+            lifecycle[backend] = _lifecycle(backend, image, config, args.n_start)
         # The drop-in against mini's own environment, both with mini's default login shell.
         with MiniSweEnvironment(image=image, sandbox_config={"run_id": config.run_id}) as drop_in:
             _time_calls(lambda c: drop_in.execute({"command": c}), 20)
@@ -67,16 +90,26 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 peer.cleanup()
     finally:
-        reap(config.run_id, client=client)
+        reap_all(backends, config.run_id)
 
     stats = {k: percentiles_ms(v) for k, v in results.items()}
     rows = [[k, len(results[k]), p50, p95] for k, (p50, p95) in stats.items()]
-    print(f"image {image}; commands {COMMANDS}")
+    print(f"image {image}; commands {COMMANDS}; load average {os.getloadavg()[0]:.2f}")
     print(table(["runtime", "n", "p50 ms", "p95 ms"], rows))
-    ratio = stats["mini-swe-agent"][0] / stats["swerl"][0]
-    print(f"ratio (mini-swe-agent p50 / swerl p50): {ratio:.1f}x")
+    for backend in backends:
+        ratio = stats["mini-swe-agent"][0] / stats[f"swerl {backend}"][0]
+        print(f"ratio (mini-swe-agent p50 / swerl {backend} p50): {ratio:.1f}x")
     drop_in = stats["mini-swe-agent (bash -lc)"][0] / stats["swerl MiniSweEnvironment (bash -lc)"][0]
     print(f"ratio as a drop-in (mini-swe-agent p50 / MiniSweEnvironment p50, both bash -lc): {drop_in:.1f}x")
-    goal = stats["swerl"][0] <= 3.0 and ratio >= 20
-    print(f"goal (swerl p50 <= 3 ms and >= 20x): {'met' if goal else 'NOT met'}")
+    docker = stats["swerl docker"][0]
+    goal = docker <= 3.0 and stats["mini-swe-agent"][0] / docker >= 20
+    print(f"goal (swerl docker p50 <= 3 ms and >= 20x): {'met' if goal else 'NOT met'}")
+    rows = []
+    for backend, (starts, closes) in lifecycle.items():
+        rows.append([backend, len(starts), *percentiles_ms(starts), *percentiles_ms(closes)])
+    print(table(["sandbox", "n", "start p50 ms", "start p95 ms", "close p50 ms", "close p95 ms"], rows))
+    if "enroot" in lifecycle:
+        start, close = (percentiles_ms(x)[0] for x in lifecycle["enroot"])
+        met = start <= 1000 and close <= 500
+        print(f"goal (enroot start p50 <= 1 s, close p50 <= 0.5 s): {'met' if met else 'NOT met'}")
     return 0

@@ -4,7 +4,8 @@ A scripted policy runs K cheap bash steps and submits nothing (empty patch, so
 no grading sandbox): the table measures swerl's rollout machinery, not the tests
 of a task. Concurrency c runs c envs at once (c/8 actors of 8 envs, at least one
 actor); each env plays ``--episodes`` episodes. The Ray overhead is the step
-latency through an actor minus the same env stepped in-process.
+latency through an actor minus the same env stepped in-process. With ``--backend
+enroot`` the concurrency levels run on Docker and then on Enroot, in the same run.
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ from typing import ClassVar
 
 import ray
 
+from swerl.bench._backends import add_backend_arg, compared, reap_all
 from swerl.bench._stats import table
 from swerl.env import SWEEnv, actions
 from swerl.policies.scripted import ScriptedPolicy
 from swerl.rollout.actor import EnvActor
 from swerl.rollout.runner import RolloutRunner, ensure_ray
 from swerl.sandbox.base import RUN_LABEL, SandboxConfig
-from swerl.sandbox.docker import connect, reap
+from swerl.sandbox.docker import connect
+from swerl.sandbox.enroot import safe_run_id
+from swerl.sandbox.enroot_jail import own_cgroups
 from swerl.tasks.images import build_task_images
 from swerl.tasks.instance import load_instances
 
@@ -65,6 +69,18 @@ def _container_memory(client, run_prefix: str) -> list[int]:
             if os.path.exists(path):
                 with open(path) as f:
                     out.append(int(f.read()))
+                break
+    return out
+
+
+def _enroot_memory(run_prefix: str) -> list[int]:
+    """Memory charged to each running swerl enroot sandbox of this run (its cgroup)."""
+    parent = own_cgroups().get("memory") or own_cgroups().get("v2")
+    out = []
+    for d in parent.rglob(f"swerl-{run_prefix}*") if parent else []:
+        for f in ("memory.usage_in_bytes", "memory.current"):
+            if (d / f).exists():
+                out.append(int((d / f).read_text()))
                 break
     return out
 
@@ -132,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10, help="bash steps per episode")
     parser.add_argument("--episodes", type=int, default=2, help="episodes per env")
     parser.add_argument("--overhead-steps", type=int, default=300)
+    add_backend_arg(parser)
     args = parser.parse_args(argv)
 
     client = connect()
@@ -144,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         local, remote = _ray_overhead(task, cfg, args.overhead_steps)
         ep_local, ep_remote = _episode_overhead(task, cfg, 20, 10)
-        for c in (int(x) for x in args.levels.split(",")):
+        for backend, c in ((b, int(x)) for b in compared(args.backend) for x in args.levels.split(",")):
             actors = max(1, c // 8)
             per_actor = max(1, c // actors)
             runner = RolloutRunner(
@@ -153,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 num_actors=actors,
                 envs_per_actor=per_actor,
                 attempts=actors * per_actor * args.episodes,
-                env_kwargs={"sandbox_config": cfg, "max_repeats": 0, "pool_size": 0},
-                run_id=f"{prefix}-c{c}",
+                env_kwargs={"backend": backend, "sandbox_config": cfg, "max_repeats": 0, "pool_size": 0},
+                run_id=f"{prefix}-{backend}-c{c}",
                 actor_cpus=0.01,
             )
             peak_sandboxes: list[int] = []
@@ -167,20 +184,32 @@ def main(argv: list[str] | None = None) -> int:
                     episodes += 1
                     steps += len(ep.steps)
                     if episodes == max(1, c // 2):
-                        peak_sandboxes = _container_memory(client, f"{prefix}-c{c}")
+                        peak_sandboxes = (
+                            _container_memory(client, f"{prefix}-{backend}-c{c}")
+                            if backend == "docker"
+                            else _enroot_memory(safe_run_id(f"{prefix}-{backend}-c{c}"))
+                        )
                 wall = time.perf_counter() - t
                 actor_uss = [u for u in map(_uss, pids) if u is not None]
             mem_sb = sum(peak_sandboxes) / len(peak_sandboxes) / 2**20 if peak_sandboxes else float("nan")
             mem_actor = sum(actor_uss) / len(actor_uss) / 2**20 if actor_uss else float("nan")
-            rows.append([c, actors, episodes, steps, wall, episodes / wall, steps / wall, mem_sb, mem_actor])
+            rows.append(
+                [backend, c, actors, episodes, steps, wall, episodes / wall, steps / wall, mem_sb, mem_actor]
+            )
     finally:
+        levels = [int(x) for x in args.levels.split(",")]
+        for b in compared(args.backend):
+            reap_all([b], cfg.run_id)
+            for c in levels:
+                reap_all([b], f"{prefix}-{b}-c{c}")
         for c in client.api.containers(all=True, filters={"label": ["swerl.owner=swerl"]}):
             if c["Labels"].get(RUN_LABEL, "").startswith(prefix):
-                reap(c["Labels"][RUN_LABEL], client=client)
+                reap_all(["docker"], c["Labels"][RUN_LABEL])
     print(f"task {task.instance_id}; {args.steps} bash steps + submit per episode; {os.cpu_count()} CPUs")
     print(
         table(
             [
+                "backend",
                 "envs",
                 "actors",
                 "episodes",

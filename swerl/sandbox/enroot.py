@@ -6,39 +6,45 @@ Lifecycle, all through the ``enroot`` CLI as subprocesses:
    once per image. Concurrent imports of one image (threads, actors, nodes sharing the
    cache) serialize on ``IMAGE.sqsh.lock`` and import to a temp file that is renamed
    into place atomically, so a reader never sees a half-written image.
-2. ``enroot create -n swerl-<run id>-<pid>-<n> IMAGE.sqsh`` per sandbox.
-3. ``enroot start --rw [--root] [-e K=V] [-m SRC:DST] NAME bash -c <loader>``: the start
-   process's stdin/stdout carry swerl's command server (``shell.py``), so a command
-   costs a few ms, not the ~0.2-0.3 s of an ``enroot start``.
-4. ``enroot remove -f NAME`` on close; ``reap(run_id)`` removes a run's leftovers found
-   by name in ``enroot list``.
+2. ``enroot start --rw IMAGE.sqsh CMD`` per sandbox: enroot mounts the squashfs with
+   squashfuse under an overlay whose upper layer is a tmpfs, so nothing is copied and
+   nothing is left to delete (``start_from: image``, the default where squashfuse and
+   ``/dev/fuse`` exist). Without them, ``enroot create -n swerl-<run id>-<pid>-<n>``
+   unpacks the image per sandbox and ``enroot remove -f`` deletes it on close
+   (``start_from: create``).
+3. The start process's stdin/stdout carry swerl's command server (``shell.py``), so a
+   command costs a few ms, not the ~0.2-0.3 s of an ``enroot start``. Before the server
+   starts, swerl sends the sandbox's environment over the same pipe: exactly Docker's
+   (the image's ENV, ``SandboxConfig.env`` with any characters, HOSTNAME, HOME), whatever
+   enroot's login shell or ``-e`` parsing would make of it.
+4. ``reap(run_id)`` removes a run's leftovers: created containers (by name in ``enroot
+   list``, also ``pyxis_*`` ones in the node's default data path) and running sandboxes
+   (by the pid file each one keeps in the runtime directory).
 
-Isolation, and what differs from Docker:
-
-- Network: Enroot shares the host's network namespace. With ``network: false`` the
-  start runs under ``unshare --net`` (needs root; loopback is brought up with ``ip``),
-  so the sandbox sees only ``lo``. As non-root that is impossible and starting fails
-  with a ConfigError unless ``network_isolation: none`` accepts the host network.
-- Environment: Enroot passes its caller's environment into the container, so the
-  enroot process gets a clean one (like ``env -i``): PATH, HOME, USER, LOGNAME,
-  ENROOT_* (site settings), swerl's ENROOT_*_PATH, then ``enroot_env``; the sandbox's
-  own variables go in as ``-e K=V``. API keys in the host environment never reach it.
-- Limits: Enroot has no memory/cpu/pids limits; inside Slurm the job's cgroup
-  (``--mem``, ``--cpus-per-task``) bounds all sandboxes of a node together. The
-  sandbox's lifetime is enforced with ``timeout -s KILL`` around the start.
-- Directories: one per-user root (``$XDG_CACHE_HOME/swerl/enroot`` or
-  ``~/.cache/swerl/enroot``, or ``root``/$SWERL_ENROOT_ROOT), created mode 0700; a
-  world-writable one is refused. ``cache_dir`` (images) may be on a shared filesystem,
-  ``data_dir`` (unpacked container roots) is best node-local.
+Isolation (``isolation: auto``: ``swerl`` as root, else ``enroot``): as root, swerl runs
+``enroot start`` inside its own pid, mount, uts, ipc and (``network: false``) network
+namespaces with a safe /proc, /sys and /dev, a cgroup with the memory/cpu/pids limits and
+the sandbox's lifetime (see ``enroot_jail.py``); everything the sandbox started dies with
+it. ``isolation: enroot`` (non-root) is Enroot's own: user and mount namespaces, host pids
+visible, no limits beyond rlimits and the Slurm job's cgroup, and the network isolated only
+with ``unshare --net`` (root) or accepted with ``network_isolation: none``. In both, the
+server runs under ``setpriv``: capabilities bounded to ``cap_add`` and ``no_new_privs``.
+``SandboxConfig.user`` must be root: Enroot maps one uid into a container, so there is no
+other user to switch to (a ConfigError says so). The enroot process itself gets a clean environment (PATH, HOME, USER,
+LOGNAME, ENROOT_* site settings, swerl's ENROOT_*_PATH, ``enroot_env``): API keys in the host
+environment never reach a sandbox. swerl's directories (``$XDG_CACHE_HOME/swerl/enroot`` or
+``~/.cache/swerl/enroot``, or ``root``/$SWERL_ENROOT_ROOT) are created mode 0700; a
+world-writable one is refused. ``cache_dir`` (images) may be on a shared filesystem.
 
 Pyxis (``launcher: pyxis``), inside an allocation that is retained for the run:
-``srun --overlap --nodes=1 --ntasks=1 --container-image=IMAGE.sqsh
---container-name=NAME --container-writable ... bash -c <loader>``; srun's stdin/stdout
-carry the command server the same way. Preconditions: Enroot and Pyxis installed on
-the nodes; the image cache readable from the nodes (a shared ``cache_dir``, or
-``pyxis_image`` naming a URI Pyxis imports itself); SLURM_JOB_ID set (run inside
-``salloc``/``sbatch``). Named Pyxis containers are removed when the job ends.
-Pyxis containers share the host network: ``network_isolation`` must be ``none``.
+``srun --overlap --nodes=1 --ntasks=1 --jobid=J --unbuffered --time=LIFETIME
+--container-image=IMAGE.sqsh --container-writable --container-workdir=WORKDIR ...``, an
+unnamed container (Pyxis removes it when the step ends), srun's stdin/stdout carrying the
+command server. Preconditions: Enroot and Pyxis on the nodes; the image cache readable from
+them (a shared ``cache_dir``: ``pyxis_image: dockerd://...`` re-imports on every srun);
+SLURM_JOB_ID set (run inside ``salloc``/``sbatch``). Pyxis ignores ENROOT_*_PATH (the
+node's enroot settings apply) and its containers share the host's pids and network, so
+``network_isolation`` must be ``none``.
 
 The binary is ``enroot`` on PATH, or ``$SWERL_ENROOT``, or the ``enroot`` option.
 Every failure or timeout of enroot or srun is a SandboxError carrying its stderr.
@@ -46,12 +52,16 @@ Every failure or timeout of enroot or srun is a SandboxError carrying its stderr
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import itertools
+import json
 import logging
+import math
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import time
@@ -62,7 +72,16 @@ from typing import Any
 
 from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxError
 from swerl.sandbox.base import ChannelSandbox, SandboxConfig
-from swerl.sandbox.shell import ShellChannel, server_command
+from swerl.sandbox.enroot_jail import (
+    JAIL_MARK,
+    ROOT_USERS,
+    Limits,
+    jail_argv,
+    limited_argv,
+    make_limits,
+    privilege_prefix,
+)
+from swerl.sandbox.shell import ShellChannel, encode_env, server_command
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +110,13 @@ class EnrootOptions:
     registry: str = ""
     """For ``source: docker``: ``docker://REGISTRY#IMAGE``."""
     network_isolation: str = "auto"
-    """``auto`` (unshare as root, else refuse), ``unshare``, or ``none`` (host network)."""
+    """``auto`` (a network namespace as root, else refuse), ``unshare``, or ``none`` (host network)."""
+    isolation: str = "auto"
+    """``swerl`` (swerl's namespaces, cgroup and safe /proc, /sys, /dev around enroot; needs
+    root), ``enroot`` (Enroot's own), or ``auto`` (``swerl`` as root, else ``enroot``)."""
+    start_from: str = "auto"
+    """``image`` (``enroot start`` on the .sqsh: squashfuse, no copy), ``create`` (``enroot
+    create`` per sandbox), or ``auto`` (``image`` where squashfuse and /dev/fuse exist)."""
     launcher: str = "enroot"
     """``enroot`` (enroot start on this node) or ``pyxis`` (srun --container-image)."""
     pyxis_image: str = ""
@@ -119,6 +144,8 @@ class EnrootOptions:
         for key, allowed in (
             ("source", ("dockerd", "docker")),
             ("network_isolation", ("auto", "unshare", "none")),
+            ("isolation", ("auto", "swerl", "enroot")),
+            ("start_from", ("auto", "image", "create")),
             ("launcher", ("enroot", "pyxis")),
         ):
             if getattr(opts, key) not in allowed:
@@ -296,6 +323,31 @@ def ensure_image(image: str, opts: EnrootOptions, dirs: dict[str, Path], env: di
         os.close(fd)
 
 
+ENV_LOADER = 'export LC_ALL=C; IFS= read -r -N "$1" e && eval "$e" && shift && cd / && exec "$@"'
+"""Reads the environment block (``environment_block``) from stdin, then execs the server in /
+(where Docker's exec of it starts)."""
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def environment_block(config: SandboxConfig) -> bytes:
+    """Shell code that gives the command server exactly the environment of a Docker exec:
+    nothing of enroot's (it clears the caller's, its login shell resets PATH), the image's
+    ENV (enroot import writes it to /etc/environment), HOSTNAME, then ``config.env``, then
+    Docker's defaults for PATH and HOME where still unset."""
+    head = (
+        'for v in $(compgen -e); do unset -v "$v" 2>/dev/null; done\n'
+        "if [ -r /etc/environment ]; then\n"
+        '  while IFS= read -r l || [ -n "$l" ]; do\n'
+        '    case $l in [A-Za-z_]*=*) export "$l" ;; esac\n'
+        "  done </etc/environment\n"
+        "fi\n"
+        "export HOSTNAME=sandbox SHLVL=0\n"
+    )
+    tail = f'[ -n "${{PATH+x}}" ] || export PATH={DEFAULT_PATH}\n[ -n "${{HOME+x}}" ] || export HOME=~\n'
+    return head.encode() + encode_env(dict(config.env)) + tail.encode()
+
+
 class _PipeReader:
     """recv/set_timeout over a pipe for ShellChannel (os.read with a select timeout)."""
 
@@ -321,36 +373,45 @@ class _Container:
     binary: str
     env: dict[str, str]
     timeout: float
-    removable: bool = True
+    what: str = "enroot start"
+    """How errors name the start process (``srun (job J)`` under Pyxis)."""
+    grace: float = 0.5
+    """Seconds close waits for the start process to end by itself before killing it: a jail ends
+    in a few ms; srun only after Pyxis has removed the step's container."""
+    created: bool = False
+    """An ``enroot create`` container exists that close must remove."""
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    pid_path: Path | None = None
+    limits: Limits = field(default_factory=Limits)
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        for f in (proc.stdin, proc.stdout):
-            try:
-                if f:
-                    f.close()
-            except OSError:
-                pass
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
+        # stdin first: srun dies of SIGPIPE if its stdout closes before it ends, cutting short
+        # Pyxis's removal of the step's container.
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        if _poll(proc, self.grace) is None:  # the server was told to quit
             _killpg(proc)
             proc.wait()
+        with contextlib.suppress(OSError):
+            proc.stdout.close()
 
     def destroy(self) -> None:
         self.stop()
-        if self.removable:
-            self.removable = False
+        self.limits.remove()
+        if self.created:
+            self.created = False
             try:
                 run_cli([self.binary, "remove", "-f", self.name], self.env, self.timeout, "enroot remove")
             except SandboxError as e:
-                log.warning("cannot remove enroot container %s (reap it later): %s", self.name, e)
-        if self.log_path:
-            self.log_path.unlink(missing_ok=True)
+                if "No such file or directory" not in str(e):  # reaped already
+                    log.warning("cannot remove enroot container %s (reap it later): %s", self.name, e)
+        for path in (self.log_path, self.pid_path):
+            if path:
+                path.unlink(missing_ok=True)
 
     def stderr_tail(self) -> str:
         try:
@@ -377,13 +438,25 @@ class EnrootSandbox(ChannelSandbox):
     def describe(self) -> str:
         return f"enroot sandbox {self.name} ({self.image})"
 
+    @property
+    def limits(self) -> dict[str, str]:
+        """How each limit (memory, cpus, pids) is enforced: ``cgroup``, ``rlimit ...`` or ``none``."""
+        return dict(self._c.limits.applied) if self._c else {}
+
+    @property
+    def memory_usage(self) -> int | None:
+        """Bytes charged to the sandbox's memory cgroup (None without one)."""
+        return self._c.limits.memory_usage() if self._c else None
+
     # ------------------------------------------------------------- lifecycle
     def start(self) -> EnrootSandbox:
         self._refuse_if_closed()
         if self._c is not None:
             return self
-        opts, cfg = self.options, self.config
-        isolate = self._network_isolation()
+        opts = self.options
+        isolate_net = self._network_isolation()
+        jail = self._jail()
+        self._check_user()
         dirs = opts.dirs()
         _KNOWN_OPTIONS[(opts.binary, str(opts.root_dir), opts.data_dir)] = opts
         env = opts.process_env(dirs)
@@ -392,23 +465,44 @@ class EnrootSandbox(ChannelSandbox):
         self._own(c.destroy)
         try:
             if opts.launcher == "enroot":
-                run_cli(
-                    [opts.binary, "create", "-n", self.name, str(sqsh)],
-                    env,
-                    opts.cli_timeout,
-                    "enroot create",
-                )
-                argv, penv = self._start_argv(isolate), env
+                argv = self._enroot_argv(c, sqsh, dirs, jail, isolate_net)
+                penv = env
             else:
-                c.removable = False  # Pyxis removes named containers at the end of the job
                 argv, penv = self._pyxis_argv(sqsh), self._pyxis_env(env)
-            if cfg.lifetime:
-                argv = ["timeout", "-s", "KILL", str(int(cfg.lifetime)), *argv]
-            self._launch(c, argv, penv, dirs["logs"])
+                c.what, c.grace = f"srun (job {os.environ['SLURM_JOB_ID']})", opts.cli_timeout
+            self._launch(c, argv, penv, dirs)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _jail(self) -> bool:
+        mode = self.options.isolation
+        if self.options.launcher == "pyxis" or mode == "enroot":
+            return False
+        if os.geteuid() != 0:
+            if mode == "swerl":
+                raise ConfigError(
+                    "isolation: swerl needs root (it creates pid, mount and network namespaces and a "
+                    "cgroup around enroot); use isolation: enroot to accept Enroot's own isolation"
+                )
+            return False
+        return True
+
+    def _check_user(self) -> None:
+        user = self.config.user or "root"
+        if user not in ROOT_USERS:
+            raise ConfigError(
+                f"the enroot backend cannot run a sandbox as user {user!r}: Enroot maps only one uid into "
+                "a container (root, uid map `0 0 1`, or the calling user), so no other user exists there "
+                "to switch to. Use user: root (capabilities are still bounded to cap_add)"
+            )
+
+    def _from_image(self) -> bool:
+        mode = self.options.start_from
+        if mode != "auto":
+            return mode == "image"
+        return bool(shutil.which("squashfuse")) and os.path.exists("/dev/fuse")
 
     def _network_isolation(self) -> bool:
         mode = self.options.network_isolation
@@ -421,47 +515,83 @@ class EnrootSandbox(ChannelSandbox):
             )
         if mode == "auto" and os.geteuid() != 0:
             raise ConfigError(
-                "the enroot backend isolates the network with `unshare --net`, which needs root. "
+                "the enroot backend isolates the network with a network namespace, which needs root. "
                 "Enroot itself shares the host network: set backend.options.network_isolation: none to "
                 "accept that (sandboxes can then reach the network), or run as root"
             )
         return True
 
-    def _start_argv(self, isolate: bool) -> list[str]:
-        cfg = self.config
-        argv = ["unshare", "--net", "--", "sh", "-c", _LO_UP, "swerl-netns"] if isolate else []
-        argv += [self.options.binary, "start", "--rw"]
-        if cfg.user == "root":
-            argv.append("--root")
-        for k, v in cfg.env.items():
-            argv += ["-e", f"{k}={v}"]
-        for m in self.options.mounts:
+    def _inner(self) -> list[str]:
+        """What enroot/srun runs in the container: privileges, then the environment, then the server."""
+        n = len(environment_block(self.config))
+        env_loader = ["bash", "-c", ENV_LOADER, "swerl-env", str(n)]
+        return [*privilege_prefix(self.config), *env_loader, *server_command(self.config)]
+
+    def _enroot_argv(
+        self, c: _Container, sqsh: Path, dirs: dict[str, Path], jail: bool, isolate_net: bool
+    ) -> list[str]:
+        opts, cfg = self.options, self.config
+        target = str(sqsh)
+        if not self._from_image():
+            run_cli(
+                [opts.binary, "create", "-n", self.name, target], c.env, opts.cli_timeout, "enroot create"
+            )
+            c.created, target = True, self.name
+        argv = [opts.binary, "start", "--rw"]
+        if os.geteuid() != 0:
+            argv.append("--root")  # the server may then bound its capabilities itself
+        for m in opts.mounts:
             argv += ["-m", m]
-        return [*argv, self.name, *server_command(cfg)]
+        argv += [target, *self._inner()]
+        c.limits = make_limits(self.name, cfg)
+        if jail:
+            c.pid_path = dirs["runtime"] / f"{self.name}.jail"
+            return jail_argv(self.name, argv, network=not isolate_net, lifetime=cfg.lifetime, limits=c.limits)
+        if isolate_net:
+            argv = ["unshare", "--net", "--", "sh", "-c", _LO_UP, "swerl-netns", *argv]
+        if cfg.lifetime:
+            argv = ["timeout", "-s", "KILL", str(int(cfg.lifetime)), *argv]
+        return limited_argv(argv, c.limits)
 
     def _pyxis_argv(self, sqsh: Path) -> list[str]:
         cfg, opts = self.config, self.options
-        if not os.environ.get("SLURM_JOB_ID"):
-            raise SandboxError("launcher: pyxis needs a Slurm allocation (SLURM_JOB_ID is not set)")
-        argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--jobid={os.environ['SLURM_JOB_ID']}"]
+        job = os.environ.get("SLURM_JOB_ID")
+        if not job:
+            raise SandboxError(
+                "launcher: pyxis runs `srun --jobid=...` inside a Slurm allocation, but SLURM_JOB_ID is "
+                "not set: run swerl inside salloc/sbatch"
+            )
+        image = opts.pyxis_image or str(sqsh)
+        if "://" in image:
+            log.warning(
+                "pyxis_image %s makes Pyxis import the image on every srun (~25 s per sandbox); "
+                "leave pyxis_image empty to use the shared .sqsh cache (cache_dir)",
+                image,
+            )
+        # --unbuffered: without it srun holds back output that does not end in a newline,
+        # and the command server's replies are length-framed, not lines.
+        argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--jobid={job}", "--unbuffered"]
+        if cfg.lifetime:
+            argv.append(f"--time={max(1, math.ceil(cfg.lifetime / 60))}")
         argv += [
-            f"--container-image={opts.pyxis_image or sqsh}",
-            f"--container-name={self.name}",
+            f"--container-image={image}",
             "--container-writable",
             "--no-container-mount-home",
+            f"--container-workdir={cfg.workdir or '/'}",
         ]
-        if cfg.user == "root":
-            argv.append("--container-remap-root")
+        argv.append("--container-remap-root")
         if opts.mounts:
             argv.append(f"--container-mounts={','.join(opts.mounts)}")
-        return [*argv, *opts.srun_args, *server_command(cfg)]
+        return [*argv, *opts.srun_args, *self._inner()]
 
     def _pyxis_env(self, env: dict[str, str]) -> dict[str, str]:
-        slurm = {k: v for k, v in os.environ.items() if k.startswith("SLURM")}
-        return env | slurm | dict(self.config.env)
+        """What srun needs and nothing else: no SLURM_* of this job (--jobid names it), no ENROOT_*
+        (Pyxis drops ENROOT_*_PATH; the node's enroot settings apply)."""
+        keep = {k: v for k, v in env.items() if k in PASS_ENV}
+        return keep | {k: os.environ[k] for k in ("SLURM_CONF",) if k in os.environ}
 
-    def _launch(self, c: _Container, argv: list[str], env: dict[str, str], logs: Path) -> None:
-        c.log_path = logs / f"{self.name}.stderr"
+    def _launch(self, c: _Container, argv: list[str], env: dict[str, str], dirs: dict[str, Path]) -> None:
+        c.log_path = dirs["logs"] / f"{self.name}.stderr"
         with open(os.open(c.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as err:
             try:
                 c.proc = subprocess.Popen(
@@ -475,20 +605,30 @@ class EnrootSandbox(ChannelSandbox):
                 )
             except FileNotFoundError as e:
                 raise BackendUnavailable(f"cannot run {argv[0]!r} to start {self.name}: not found") from e
+        if c.pid_path:
+            record = {"pid": c.proc.pid, "cgroups": [str(d) for d in c.limits.cgroups]}
+            c.pid_path.write_text(json.dumps(record))
         assert c.proc.stdin is not None and c.proc.stdout is not None
         stdin, reader = c.proc.stdin, _PipeReader(c.proc.stdout.fileno())
+        send = _writer(stdin)
         self._channel = ShellChannel(
-            send=_writer(stdin),
-            recv=reader.recv,
-            set_timeout=reader.set_timeout,
-            describe=self.describe,
+            send=send, recv=reader.recv, set_timeout=reader.set_timeout, describe=self.describe
         )
         try:
+            send(environment_block(self.config))
             self._channel.handshake(self.config.start_timeout)
-        except SandboxError as e:
+        except (SandboxError, OSError) as e:
             rc = _poll(c.proc, 2.0)
             how = f"exited {rc}" if rc is not None else "is still running"
-            raise SandboxError(f"{e}; `{argv[0]} ...` {how}: {c.stderr_tail()}") from e
+            raise SandboxError(f"{self.describe}: {e}; {c.what} {how}: {c.stderr_tail()}") from e
+
+    def _live_channel(self) -> ShellChannel:
+        channel = super()._live_channel()
+        c = self._c
+        if c is not None and c.proc is not None and c.proc.poll() is not None:
+            # Whatever died first (enroot, srun, the jail, the lifetime timer): the sandbox is gone.
+            raise SandboxError(f"{self.describe} is gone{self._state_hint()}")
+        return channel
 
     @property
     def alive(self) -> bool:
@@ -500,7 +640,7 @@ class EnrootSandbox(ChannelSandbox):
         if not c or not c.proc:
             return ""
         rc = c.proc.poll()
-        return f" (enroot start exited {rc}: {c.stderr_tail()})" if rc is not None else ""
+        return f" ({c.what} exited {rc}: {c.stderr_tail()})" if rc is not None else ""
 
 
 def _writer(stdin: Any):
@@ -524,12 +664,38 @@ _KNOWN_OPTIONS: dict[tuple[str, str, str], EnrootOptions] = {}
 """Option sets this process used, so ``reap(run_id)`` also finds sandboxes in custom roots."""
 
 
+def _reap_jails(runtime: Path, pattern: re.Pattern[str]) -> set[str]:
+    """Kill running sandboxes of the pattern by their pid files; remove their cgroups."""
+    killed = set()
+    for path in runtime.glob(f"{NAME_PREFIX}*.jail"):
+        name = path.name.removesuffix(".jail")
+        if not pattern.fullmatch(name):
+            continue
+        try:
+            record = json.loads(path.read_text())
+            pid = int(record["pid"])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                mine = f"{JAIL_MARK}:{name}".encode() in f.read()
+        except (OSError, ValueError, KeyError):
+            mine, record = False, {"cgroups": []}
+        if mine:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            killed.add(name)
+        Limits(cgroups=[Path(d) for d in record.get("cgroups", [])]).remove()
+        path.unlink(missing_ok=True)
+    return killed
+
+
 def reap(run_id: str | None = None, **options: Any) -> int:
-    """Remove swerl's enroot containers: of one run, or all of them. Returns how many."""
+    """End and remove swerl's enroot sandboxes: of one run, or all of them. Returns how many."""
     candidates = [EnrootOptions.from_kwargs(options)] if options else []
     candidates += [*_KNOWN_OPTIONS.values(), EnrootOptions()] if not options else []
     pattern = container_pattern(run_id)
-    removed, seen = 0, set()
+    removed: set[str] = set()
+    seen = set()
     for opts in candidates:
         key = (opts.binary, str(opts.root_dir), opts.data_dir)
         if key in seen:
@@ -538,14 +704,27 @@ def reap(run_id: str | None = None, **options: Any) -> int:
         if not (opts.data_dir or opts.root_dir.exists()):
             continue  # never used: nothing to reap, and no directories to create
         try:
-            env = opts.process_env(opts.dirs())
-            listing = run_cli([opts.binary, "list"], env, opts.cli_timeout, "enroot list")
+            dirs = opts.dirs()
+            env = opts.process_env(dirs)
+            removed |= _reap_jails(dirs["runtime"], pattern)
+            removed |= _remove_listed(opts, env, pattern)
         except SandboxError:
             if len(candidates) == 1:
                 raise
             continue
-        names = [n for n in listing.split() if pattern.fullmatch(n)]
-        if names:
-            run_cli([opts.binary, "remove", "-f", *names], env, opts.cli_timeout, "enroot remove")
-        removed += len(names)
-    return removed
+        # The node's default data dir, where Pyxis keeps named containers (it may not exist).
+        node_env = {k: v for k, v in env.items() if k not in _SWERL_PATHS}
+        with contextlib.suppress(SandboxError):
+            removed |= _remove_listed(opts, node_env, pattern)
+    return len(removed)
+
+
+_SWERL_PATHS = ("ENROOT_DATA_PATH", "ENROOT_CACHE_PATH", "ENROOT_RUNTIME_PATH")
+
+
+def _remove_listed(opts: EnrootOptions, env: dict[str, str], pattern: re.Pattern[str]) -> set[str]:
+    listing = run_cli([opts.binary, "list"], env, opts.cli_timeout, "enroot list")
+    names = [n for n in listing.split() if pattern.fullmatch(n)]
+    if names:
+        run_cli([opts.binary, "remove", "-f", *names], env, opts.cli_timeout, "enroot remove")
+    return {n.removeprefix("pyxis_") for n in names}
