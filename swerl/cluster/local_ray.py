@@ -59,7 +59,7 @@ class LocalRayCluster:
     num_cpus: int = 2
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment of every node (and so of every worker process), e.g. PYTHONPATH."""
-    join_timeout: float = 60.0
+    join_timeout: float = 120.0
     nodes: dict[str, RayNode] = field(default_factory=dict)
 
     @property
