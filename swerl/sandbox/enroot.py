@@ -178,6 +178,7 @@ class EnrootOptions:
         """The whole environment of an enroot process: nothing else of the host's."""
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
         env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        env["ENROOT_LOGIN_SHELL"] = "n"  # swerl sets the environment itself; /etc/profile only costs
         env |= {k: v for k, v in os.environ.items() if k.startswith("ENROOT_")}
         env |= {
             "ENROOT_DATA_PATH": str(dirs["data"]),

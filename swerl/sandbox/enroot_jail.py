@@ -37,6 +37,7 @@ import logging
 import math
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,52 +52,63 @@ log = logging.getLogger(__name__)
 JAIL_MARK = "swerl-jail"
 """argv[0] of the jail's pid 1 is ``swerl-jail:NAME``, so reap can tell a sandbox's processes."""
 
-JAIL_SCRIPT = r"""
-set -e
-net=$1 life=$2
-shift 2
-fail() { printf 'swerl: cannot isolate the sandbox: %s\n' "$*" >&2; exit 111; }
-tmp=$(mktemp -d /tmp/.swerl-jail.XXXXXXXX) || fail "mktemp"
-mkdir "$tmp/cg" "$tmp/dev"
-echo sandbox >/proc/sys/kernel/hostname || fail "set the hostname"
-# A fresh sysfs (of this network namespace), with the host's cgroup mounts, read-only:
-# enroot's cgroups hook binds this process's own cgroup from them.
-mount --rbind /sys/fs/cgroup "$tmp/cg" || fail "bind /sys/fs/cgroup"
-mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys || fail "mount sysfs"
-mount --move "$tmp/cg" /sys/fs/cgroup || fail "move the cgroup mounts"
-awk '$5 ~ "^/sys/fs/cgroup" {print $5}' /proc/self/mountinfo | while read -r m; do
-    mount -o remount,bind,ro,nosuid,nodev,noexec "$m" || fail "remount $m read-only"
-done
-for p in sys sysrq-trigger irq bus fs; do
-    [ -e "/proc/$p" ] || continue
-    mount --bind "/proc/$p" "/proc/$p" && mount -o remount,bind,ro "/proc/$p" || fail "/proc/$p read-only"
-done
-for p in kcore keys timer_list sched_debug; do
-    [ -e "/proc/$p" ] && { mount --bind /dev/null "/proc/$p" || fail "mask /proc/$p"; }
-done
-d=$tmp/dev
-mount -t tmpfs -o nosuid,noexec,mode=755 swerl-dev "$d" || fail "mount /dev"
-for n in null zero full random urandom tty fuse; do
-    [ -e "/dev/$n" ] || continue
-    : >"$d/$n" && mount --bind "/dev/$n" "$d/$n" || fail "bind /dev/$n"
-done
-mkdir "$d/pts" "$d/shm" "$d/mqueue"
-mount -t devpts -o newinstance,ptmxmode=0666,mode=620,nosuid,noexec devpts "$d/pts" || fail "mount devpts"
-mount -t tmpfs -o nosuid,nodev,noexec,mode=1777 shm "$d/shm" || fail "mount /dev/shm"
-mount -t mqueue -o nosuid,nodev,noexec mqueue "$d/mqueue" || fail "mount mqueue"
-ln -s /proc/self/fd "$d/fd"
-ln -s pts/ptmx "$d/ptmx"
-for i in 0:stdin 1:stdout 2:stderr; do ln -s "/proc/self/fd/${i%%:*}" "$d/${i#*:}"; done
-mount --move "$d" /dev || fail "move /dev"
-rmdir "$tmp/cg" "$tmp/dev" "$tmp"
-if [ "$net" = 1 ]; then
-    ip link set lo up 2>/dev/null || ifconfig lo up 2>/dev/null || fail "bring up lo (no ip or ifconfig)"
-fi
-set +e
-# Pid 1 stays this bash (it reaps orphans); its exit takes the whole sandbox down.
-timeout -s KILL "$life" "$@"
-exit $?
+JAIL_SETUP = r"""
+import ctypes, fcntl, os, socket, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, MOVE, REC = 1, 2, 4, 8, 32, 4096, 8192, 16384
+SAFE = NOSUID | NODEV | NOEXEC
+def mount(src, dst, fstype="", flags=0, data=""):
+    if libc.mount(src.encode(), dst.encode(), fstype.encode(), flags, data.encode()):
+        e = ctypes.get_errno()
+        sys.exit(f"swerl: cannot isolate the sandbox: mount {src} on {dst}: {os.strerror(e)}")
+def read_only(path, flags=0):
+    mount(path, path, flags=BIND)
+    mount(path, path, flags=REMOUNT | BIND | RDONLY | flags)
+mark, net, life, *cmd = sys.argv[1:]
+with open("/proc/sys/kernel/hostname", "w") as f:
+    f.write("sandbox")
+nodes = [n for n in ("null", "zero", "full", "random", "urandom", "tty", "fuse") if os.path.exists("/dev/" + n)]
+fds = {n: os.open("/dev/" + n, os.O_PATH) for n in nodes}
+# A /dev with only these nodes, which also stages the host's cgroup mounts while a fresh
+# sysfs (of this network namespace) replaces /sys: enroot's cgroups hook binds this
+# process's own cgroup from them.
+mount("swerl-dev", "/dev", "tmpfs", NOSUID | NOEXEC, "mode=755")
+os.mkdir("/dev/.cg")
+mount("/sys/fs/cgroup", "/dev/.cg", flags=BIND | REC)
+mount("sysfs", "/sys", "sysfs", RDONLY | SAFE)
+mount("/dev/.cg", "/sys/fs/cgroup", flags=MOVE)
+os.rmdir("/dev/.cg")
+with open("/proc/self/mountinfo") as f:
+    cgroups = [line.split()[4] for line in f if line.split()[4].startswith("/sys/fs/cgroup")]
+for m in cgroups:
+    mount(m, m, flags=REMOUNT | BIND | RDONLY | SAFE)
+for n, fd in fds.items():
+    open("/dev/" + n, "w").close()
+    mount(f"/proc/self/fd/{fd}", "/dev/" + n, flags=BIND)
+    os.close(fd)
+for d, fstype, data in (("pts", "devpts", "newinstance,ptmxmode=0666,mode=620"), ("shm", "tmpfs", "mode=1777"),
+                        ("mqueue", "mqueue", "")):
+    os.mkdir("/dev/" + d)
+    mount(d, "/dev/" + d, fstype, NOSUID | NOEXEC | (NODEV if d != "pts" else 0), data)
+for link, target in (("fd", "/proc/self/fd"), ("ptmx", "pts/ptmx"), ("stdin", "/proc/self/fd/0"),
+                     ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+    os.symlink(target, "/dev/" + link)
+# Docker's read-only and masked /proc paths (those this kernel shows in a pid namespace)
+for p in ("sys", "sysrq-trigger", "irq", "bus", "fs"):
+    if os.path.exists("/proc/" + p):
+        read_only("/proc/" + p, SAFE)
+for p in ("kcore", "keys", "timer_list", "sched_debug"):
+    if os.path.exists("/proc/" + p):
+        mount("/dev/null", "/proc/" + p, flags=BIND)
+if net == "1":  # bring up lo (SIOCGIFFLAGS, SIOCSIFFLAGS)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH", b"lo", 0)))[1]
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 1))
+# Pid 1 becomes a bash that reaps orphans; its exit takes the whole sandbox down.
+os.execvp("bash", ["bash", "-c", 'timeout -s KILL "$1" "${@:2}"; exit $?', mark, life, *cmd])
 """
+"""Pid 1 of the sandbox's namespaces (one Python process, no forks): the mounts above, the
+hostname, ``lo``, then exec of the init bash with the lifetime around ``enroot start``."""
 
 ENTER_SCRIPT = r"""
 while [ "$1" != -- ]; do
@@ -283,7 +295,16 @@ def jail_argv(name: str, argv: list[str], *, network: bool, lifetime: float, lim
     if not network:
         unshare.append("--net")
     life = str(max(1, int(lifetime))) if lifetime else "0"
-    jail = ["bash", "-c", JAIL_SCRIPT, f"{JAIL_MARK}:{name}", "0" if network else "1", life]
+    jail = [
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        JAIL_SETUP,
+        f"{JAIL_MARK}:{name}",
+        "0" if network else "1",
+        life,
+    ]
     return limited_argv([*unshare, "--", *jail, *argv], limits)
 
 
