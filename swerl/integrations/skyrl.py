@@ -218,6 +218,8 @@ class SwerlGenerator(GeneratorInterface):
     kept until ``close()``. ``runner_kwargs`` go to ``RolloutRunner``
     (``num_actors``, ``envs_per_actor``, ``env_kwargs``, ``backend``, ``sink``, ...);
     a batch's ``global_step`` becomes the policy version its steps record.
+    Concurrent ``generate`` calls (SkyRL's fully async trainer) take turns on the
+    one runner.
     """
 
     def __init__(
@@ -242,6 +244,7 @@ class SwerlGenerator(GeneratorInterface):
         self.runner: RolloutRunner | None = None
         self.policy: ModelPolicy | None = None
         self._attempts: Counter[str] = Counter()
+        self._turn = asyncio.Lock()
         self.last_episodes: list[Episode] = []
         """The Episodes of the last batch, in input order (for logging and tests)."""
 
@@ -259,6 +262,10 @@ class SwerlGenerator(GeneratorInterface):
         return work
 
     async def generate(self, input_batch: Mapping[str, Any]) -> dict[str, Any]:
+        async with self._turn:
+            return await self._generate(input_batch)
+
+    async def _generate(self, input_batch: Mapping[str, Any]) -> dict[str, Any]:
         work = self._work(input_batch)
         engine = EngineGenerator(
             self.client,
