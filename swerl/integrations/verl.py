@@ -154,10 +154,17 @@ class SwerlAgentLoop(AgentLoopBase):
         (ep,) = await run_in_thread(runner, close=True)
         reward = require_reward(ep)
         t = ep.to_tokens()
+        if len(t.prompt_ids) > self.rollout_config.prompt_length:
+            # verl's own loops cut a long prompt before sampling; this one was sampled whole, and
+            # cutting it now would train on a context the model never saw
+            raise ConfigError(
+                f"task {task_id}: the prompt has {len(t.prompt_ids)} tokens, more than "
+                f"rollout.prompt_length={self.rollout_config.prompt_length}; raise data.max_prompt_length"
+            )
         n = self.rollout_config.response_length
         grade_time = ep.timings.get("grade", 0.0)
         return AgentLoopOutput(
-            prompt_ids=self._cap_text_prompt_length(t.prompt_ids),
+            prompt_ids=t.prompt_ids,
             response_ids=t.response_ids[:n],
             response_mask=t.loss_mask[:n],
             response_logprobs=t.logprobs[:n] if t.logprobs is not None else None,
