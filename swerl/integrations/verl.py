@@ -73,12 +73,15 @@ class ServerGenerator:
         tokenizer: Any,
         loop: asyncio.AbstractEventLoop,
         sampling_params: dict[str, Any],
+        prompt_length: int,
     ) -> None:
         self.server_manager = server_manager
+        self.prompt_length = prompt_length
         self.tokenizer = tokenizer
         self.loop = loop
         self.sampling_params = sampling_params
         self.request_id = uuid4().hex
+        self.calls = 0
         self.seconds = 0.0
         """Time spent waiting on the server, for verl's ``generate_sequences`` metric."""
 
@@ -86,6 +89,14 @@ class ServerGenerator:
         return [self._one(p) for p in prompts]
 
     def _one(self, prompt_ids: list[int]) -> Generation:
+        self.calls += 1
+        if self.calls == 1 and len(prompt_ids) > self.prompt_length:
+            # verl's own loops cut a long first prompt before sampling; here the trajectory is
+            # trained on exactly as sampled, so a first prompt that does not fit is an error
+            raise ConfigError(
+                f"the prompt has {len(prompt_ids)} tokens, more than "
+                f"rollout.prompt_length={self.prompt_length}; raise data.max_prompt_length"
+            )
         t0 = time.monotonic()
         out = on_loop(
             self.loop,
@@ -145,22 +156,14 @@ class SwerlAgentLoop(AgentLoopBase):
             raise ConfigError(
                 f"a swerl_swe row needs extra_info.instance_id of a configured task, got {task_id!r}"
             )
-        gen = ServerGenerator(
-            self.server_manager, self.tokenizer, asyncio.get_running_loop(), sampling_params
-        )
+        loop, limit = asyncio.get_running_loop(), self.rollout_config.prompt_length
+        gen = ServerGenerator(self.server_manager, self.tokenizer, loop, sampling_params, limit)
         policy = ModelPolicy(gen, self.system_prompt, self.action_format)
         run_id = f"{self.run_id}-{uuid4().hex[:8]}" if self.run_id else None
         runner = RolloutRunner([self.tasks[task_id]], policy, run_id=run_id, **self.runner_kwargs)
         (ep,) = await run_in_thread(runner, close=True)
         reward = require_reward(ep)
         t = ep.to_tokens()
-        if len(t.prompt_ids) > self.rollout_config.prompt_length:
-            # verl's own loops cut a long prompt before sampling; this one was sampled whole, and
-            # cutting it now would train on a context the model never saw
-            raise ConfigError(
-                f"task {task_id}: the prompt has {len(t.prompt_ids)} tokens, more than "
-                f"rollout.prompt_length={self.rollout_config.prompt_length}; raise data.max_prompt_length"
-            )
         n = self.rollout_config.response_length
         grade_time = ep.timings.get("grade", 0.0)
         return AgentLoopOutput(
