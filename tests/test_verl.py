@@ -18,8 +18,9 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("verl")
 
+from test_rollout import swerl_containers_with_prefix
+
 from swerl.integrations.hf import HFGenerator
-from swerl.sandbox.base import RUN_LABEL
 
 
 class TinyServerManager:
@@ -60,14 +61,6 @@ def verl_config(tiny_model_dir, loops_yaml):
     cfg.data.max_response_length = 4096
     cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path = str(loops_yaml)
     return cfg
-
-
-def leftover(docker_client, prefix: str) -> list:
-    return [
-        c
-        for c in docker_client.api.containers(all=True, filters={"label": ["swerl.owner=swerl"]})
-        if c["Labels"].get(RUN_LABEL, "").startswith(prefix)
-    ]
 
 
 def runs_of_ones(mask: list[int]) -> list[int]:
@@ -125,7 +118,7 @@ def test_agent_loop_in_verls_worker(ray_session, tasks, tiny_model_dir, tmp_path
         lps = out.batch["rollout_log_probs"][i].tolist()[:n_resp]
         assert all((lp < 0) if m else (lp == 0.0) for lp, m in zip(lps, mask, strict=True))
     assert out.non_tensor_batch["__num_turns__"].min() >= 2
-    assert leftover(docker_client, "t-verl") == []
+    assert swerl_containers_with_prefix(docker_client, "t-verl") == []
 
 
 def test_row_without_a_task_is_a_clear_error(tiny_model_dir, tmp_path):
@@ -179,4 +172,4 @@ def test_a_prompt_longer_than_verls_prompt_length_is_an_error(
     with pytest.raises(ConfigError, match=r"more than rollout\.prompt_length=32"):
         asyncio.run(AgentLoopWorker(cfg, server).generate_sequences(batch))
     assert server.prompts == {}  # refused before sampling
-    assert leftover(docker_client, "t-verl-long") == []
+    assert swerl_containers_with_prefix(docker_client, "t-verl-long") == []
