@@ -29,7 +29,7 @@ from skyrl_gym.envs.registration import register, registry
 
 from swerl.episode import Episode
 from swerl.errors import ConfigError, InfraError, PolicyError
-from swerl.integrations.common import make_action_format, on_loop, require_reward, run_in_thread
+from swerl.integrations.common import make_action_format, on_loop, plain, require_reward, run_in_thread
 from swerl.policies.model import Generation, ModelPolicy
 from swerl.rollout.actor import EnvActor
 from swerl.rollout.runner import RolloutRunner, ensure_ray
@@ -94,13 +94,13 @@ class SwerlTextEnv(BaseTextEnv):
 
     def __init__(self, env_config: Mapping[str, Any] | None = None, extras: Mapping[str, Any] | None = None):
         super().__init__()
-        cfg = dict(env_config or {})
-        extras = dict(extras or {})
+        cfg = plain(env_config or {})
+        extras = plain(extras or {})
         self.task = _pick(
             load_instances(extras.get("tasks") or cfg.get("tasks", "swerl-mini")), _task_id(extras)
         )
         self.attempt = int(extras.get("attempt", 0))
-        env_kwargs = {"backend": cfg.get("backend", "docker"), **dict(cfg.get("env_kwargs") or {})}
+        env_kwargs = {"backend": cfg.get("backend", "docker"), **(cfg.get("env_kwargs") or {})}
         self.backend = env_kwargs["backend"]
         self.max_turns = int(env_kwargs.get("max_steps", 50))
         self.episode: Episode | None = None

@@ -26,7 +26,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from swerl.errors import ConfigError, PolicyError
-from swerl.integrations.common import make_action_format, on_loop, require_reward, run_in_thread
+from swerl.integrations.common import make_action_format, on_loop, plain, require_reward, run_in_thread
 from swerl.policies.model import Generation, ModelPolicy
 from swerl.rollout.runner import RolloutRunner
 from swerl.tasks.instance import Instance, load_instances
@@ -50,13 +50,6 @@ def dataset_rows(
         }
         for t in insts
     ]
-
-
-def _plain(value: Any) -> Any:
-    """A hydra/OmegaConf node as plain dicts and lists (SWEEnv options travel to Ray actors)."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else dict(value)
 
 
 class ServerGenerator:
@@ -143,7 +136,7 @@ class SwerlAgentLoop(AgentLoopBase):
         self.system_prompt = system_prompt
         self.runner_kwargs = {
             "backend": backend,
-            "env_kwargs": _plain(env_kwargs or {}),
+            "env_kwargs": plain(env_kwargs or {}),
             "max_retries": max_retries,
             "actor_cpus": actor_cpus,
             "num_actors": 1,
