@@ -18,20 +18,13 @@ import pytest
 pytest.importorskip("skyrl_gym")
 pytest.importorskip("transformers")
 
+from test_rollout import swerl_containers_with_prefix
+
 from swerl.env import actions
 from swerl.integrations.hf import HFGenerator
 from swerl.policies.patch_actions import patch_to_actions
-from swerl.sandbox.base import RUN_LABEL
 
 SYSTEM = {"role": "system", "content": "You are a careful engineer."}
-
-
-def leftover(docker_client, prefix: str) -> list:
-    return [
-        c
-        for c in docker_client.api.containers(all=True, filters={"label": ["swerl.owner=swerl"]})
-        if c["Labels"].get(RUN_LABEL, "").startswith(prefix)
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +118,7 @@ def test_text_env_through_skyrl_gym_registry(ray_session, tasks, docker_client):
     finally:
         env.close()
     env.close()  # idempotent
-    assert leftover(docker_client, "t-skyrl-env") == []
+    assert swerl_containers_with_prefix(docker_client, "t-skyrl-env") == []
 
 
 def test_unknown_task_is_a_clear_error(ray_session):
@@ -206,7 +199,7 @@ def test_generator_runs_batches_through_the_runner(ray_session, tasks, tiny_mode
         assert set(gen.runner._actors) == actors
     finally:
         gen.close()
-    assert leftover(docker_client, "t-skyrl-gen") == []
+    assert swerl_containers_with_prefix(docker_client, "t-skyrl-gen") == []
 
 
 def test_generator_rejects_rows_without_a_known_task(tok, tasks):
@@ -256,4 +249,4 @@ def test_infra_errors_raise_and_are_never_a_reward(ray_session, missing_image_ta
             asyncio.run(gen.generate({"prompts": [[]], "env_extras": [{"instance_id": task_id}]}))
     finally:
         gen.close()
-    assert leftover(docker_client, "t-skyrl-bad") == []
+    assert swerl_containers_with_prefix(docker_client, "t-skyrl-bad") == []

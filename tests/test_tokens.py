@@ -116,3 +116,29 @@ def test_a_turn_that_does_not_extend_the_last_is_not_exact(tok, model):
     ep.steps[1].policy["prompt_start"] = 0
     ep.steps[1].policy["prompt_ids"] = tok.encode("something else", add_special_tokens=False)
     assert not ep.to_tokens().exact
+
+
+def test_model_policy_with_tool_calls_records_exact_turns(tok, model):
+    from swerl.env.actions import parse_action
+    from swerl.integrations.hf import HFGenerator
+    from swerl.policies.formats import ToolCallActions
+    from swerl.policies.model import ModelPolicy
+
+    fmt = ToolCallActions()
+    reply = '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'
+    assert parse_action(fmt.action(None, reply, [])).args == {"command": "ls"}
+
+    policy = ModelPolicy(HFGenerator(model, tok, max_new_tokens=6), "Fix it.", fmt, policy_version=3)
+    states = [policy.start(None, a) for a in range(2)]
+    steps: list[list[Step]] = [[], []]
+    for k, obs in enumerate(["the issue", "tool output", "more output"]):
+        for i, d in enumerate(policy.act_batch(states, [obs, obs])):  # one batched generate for both
+            steps[i].append(Step(k + 1, d.action, "", policy=d.info))
+    for i, st in enumerate(states):
+        for k in range(2):
+            steps[i][k].observation = ["tool output", "more output"][k]
+        t = Episode("t", i, steps[i]).to_tokens()
+        assert t.exact and t.policy_versions == [3, 3, 3]
+        assert t.prompt_ids + t.response_ids == st.chat.ids  # the chat the model saw, token for token
+        assert '"name": "bash"' in tok.decode(t.prompt_ids)  # tools rendered by the chat template
+        assert "<|im_start|>tool\nmore output" in tok.decode(t.response_ids)

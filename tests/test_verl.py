@@ -18,8 +18,9 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("verl")
 
+from test_rollout import swerl_containers_with_prefix
+
 from swerl.integrations.hf import HFGenerator
-from swerl.sandbox.base import RUN_LABEL
 
 
 class TinyServerManager:
@@ -117,12 +118,7 @@ def test_agent_loop_in_verls_worker(ray_session, tasks, tiny_model_dir, tmp_path
         lps = out.batch["rollout_log_probs"][i].tolist()[:n_resp]
         assert all((lp < 0) if m else (lp == 0.0) for lp, m in zip(lps, mask, strict=True))
     assert out.non_tensor_batch["__num_turns__"].min() >= 2
-    leftovers = [
-        c
-        for c in docker_client.api.containers(all=True, filters={"label": ["swerl.owner=swerl"]})
-        if c["Labels"].get(RUN_LABEL, "").startswith("t-verl")
-    ]
-    assert leftovers == []
+    assert swerl_containers_with_prefix(docker_client, "t-verl") == []
 
 
 def test_row_without_a_task_is_a_clear_error(tiny_model_dir, tmp_path):
@@ -148,3 +144,32 @@ def test_row_without_a_task_is_a_clear_error(tiny_model_dir, tmp_path):
     )
     with pytest.raises(ConfigError, match=r"extra_info\.instance_id"):
         asyncio.run(worker.generate_sequences(batch))
+
+
+def test_a_prompt_longer_than_verls_prompt_length_is_an_error(
+    ray_session, tasks, tiny_model_dir, tmp_path, docker_client
+):
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.protocol import DataProto
+
+    from swerl.errors import ConfigError
+    from swerl.integrations.verl import AGENT_LOOP_CONFIG, dataset_rows
+
+    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    loops[0].run_id = "t-verl-long"
+    OmegaConf.save(loops, tmp_path / "loops.yaml")
+    cfg = verl_config(tiny_model_dir, tmp_path / "loops.yaml")
+    cfg.data.max_prompt_length = 32
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    server = TinyServerManager(tiny_model_dir, tok)
+    (row,) = dataset_rows(tasks[:1])
+    batch = DataProto.from_dict(
+        non_tensors={k: np.array([row[k]], dtype=object) for k in ("agent_name", "extra_info")}
+        | {"raw_prompt": np.array([row["prompt"]], dtype=object)}
+    )
+    with pytest.raises(ConfigError, match=r"more than rollout\.prompt_length=32"):
+        asyncio.run(AgentLoopWorker(cfg, server).generate_sequences(batch))
+    assert server.prompts == {}  # refused before sampling
+    assert swerl_containers_with_prefix(docker_client, "t-verl-long") == []

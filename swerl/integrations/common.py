@@ -32,6 +32,14 @@ def make_action_format(name_or_format: Any) -> Any:
     return known[name_or_format]()
 
 
+def plain(value: Any) -> dict[str, Any]:
+    """A trainer's config node (OmegaConf, which both trainers use, or any mapping) as plain
+    dicts and lists: SWEEnv options travel to Ray actors."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else dict(value)
+
+
 def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on ``loop`` (the trainer's) from another thread and wait for its result."""
     return asyncio.run_coroutine_threadsafe(coro, loop).result()

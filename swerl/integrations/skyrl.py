@@ -29,7 +29,7 @@ from skyrl_gym.envs.registration import register, registry
 
 from swerl.episode import Episode
 from swerl.errors import ConfigError, InfraError, PolicyError
-from swerl.integrations.common import make_action_format, on_loop, require_reward, run_in_thread
+from swerl.integrations.common import make_action_format, on_loop, plain, require_reward, run_in_thread
 from swerl.policies.model import Generation, ModelPolicy
 from swerl.rollout.actor import EnvActor
 from swerl.rollout.runner import RolloutRunner, ensure_ray
@@ -94,13 +94,13 @@ class SwerlTextEnv(BaseTextEnv):
 
     def __init__(self, env_config: Mapping[str, Any] | None = None, extras: Mapping[str, Any] | None = None):
         super().__init__()
-        cfg = dict(env_config or {})
-        extras = dict(extras or {})
+        cfg = plain(env_config or {})
+        extras = plain(extras or {})
         self.task = _pick(
             load_instances(extras.get("tasks") or cfg.get("tasks", "swerl-mini")), _task_id(extras)
         )
         self.attempt = int(extras.get("attempt", 0))
-        env_kwargs = {"backend": cfg.get("backend", "docker"), **dict(cfg.get("env_kwargs") or {})}
+        env_kwargs = {"backend": cfg.get("backend", "docker"), **(cfg.get("env_kwargs") or {})}
         self.backend = env_kwargs["backend"]
         self.max_turns = int(env_kwargs.get("max_steps", 50))
         self.episode: Episode | None = None
@@ -218,6 +218,8 @@ class SwerlGenerator(GeneratorInterface):
     kept until ``close()``. ``runner_kwargs`` go to ``RolloutRunner``
     (``num_actors``, ``envs_per_actor``, ``env_kwargs``, ``backend``, ``sink``, ...);
     a batch's ``global_step`` becomes the policy version its steps record.
+    Concurrent ``generate`` calls (SkyRL's fully async trainer) take turns on the
+    one runner.
     """
 
     def __init__(
@@ -242,6 +244,7 @@ class SwerlGenerator(GeneratorInterface):
         self.runner: RolloutRunner | None = None
         self.policy: ModelPolicy | None = None
         self._attempts: Counter[str] = Counter()
+        self._turn = asyncio.Lock()
         self.last_episodes: list[Episode] = []
         """The Episodes of the last batch, in input order (for logging and tests)."""
 
@@ -259,6 +262,10 @@ class SwerlGenerator(GeneratorInterface):
         return work
 
     async def generate(self, input_batch: Mapping[str, Any]) -> dict[str, Any]:
+        async with self._turn:
+            return await self._generate(input_batch)
+
+    async def _generate(self, input_batch: Mapping[str, Any]) -> dict[str, Any]:
         work = self._work(input_batch)
         engine = EngineGenerator(
             self.client,

@@ -26,7 +26,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from swerl.errors import ConfigError, PolicyError
-from swerl.integrations.common import make_action_format, on_loop, require_reward, run_in_thread
+from swerl.integrations.common import make_action_format, on_loop, plain, require_reward, run_in_thread
 from swerl.policies.model import Generation, ModelPolicy
 from swerl.rollout.runner import RolloutRunner
 from swerl.tasks.instance import Instance, load_instances
@@ -52,13 +52,6 @@ def dataset_rows(
     ]
 
 
-def _plain(value: Any) -> Any:
-    """A hydra/OmegaConf node as plain dicts and lists (SWEEnv options travel to Ray actors)."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else dict(value)
-
-
 class ServerGenerator:
     """``ModelPolicy``'s Generator over verl's server manager, one request per prompt.
 
@@ -73,12 +66,15 @@ class ServerGenerator:
         tokenizer: Any,
         loop: asyncio.AbstractEventLoop,
         sampling_params: dict[str, Any],
+        prompt_length: int,
     ) -> None:
         self.server_manager = server_manager
+        self.prompt_length = prompt_length
         self.tokenizer = tokenizer
         self.loop = loop
         self.sampling_params = sampling_params
         self.request_id = uuid4().hex
+        self.calls = 0
         self.seconds = 0.0
         """Time spent waiting on the server, for verl's ``generate_sequences`` metric."""
 
@@ -86,6 +82,14 @@ class ServerGenerator:
         return [self._one(p) for p in prompts]
 
     def _one(self, prompt_ids: list[int]) -> Generation:
+        self.calls += 1
+        if self.calls == 1 and len(prompt_ids) > self.prompt_length:
+            # verl's own loops cut a long first prompt before sampling; here the trajectory is
+            # trained on exactly as sampled, so a first prompt that does not fit is an error
+            raise ConfigError(
+                f"the prompt has {len(prompt_ids)} tokens, more than "
+                f"rollout.prompt_length={self.prompt_length}; raise data.max_prompt_length"
+            )
         t0 = time.monotonic()
         out = on_loop(
             self.loop,
@@ -132,7 +136,7 @@ class SwerlAgentLoop(AgentLoopBase):
         self.system_prompt = system_prompt
         self.runner_kwargs = {
             "backend": backend,
-            "env_kwargs": _plain(env_kwargs or {}),
+            "env_kwargs": plain(env_kwargs or {}),
             "max_retries": max_retries,
             "actor_cpus": actor_cpus,
             "num_actors": 1,
@@ -145,9 +149,8 @@ class SwerlAgentLoop(AgentLoopBase):
             raise ConfigError(
                 f"a swerl_swe row needs extra_info.instance_id of a configured task, got {task_id!r}"
             )
-        gen = ServerGenerator(
-            self.server_manager, self.tokenizer, asyncio.get_running_loop(), sampling_params
-        )
+        loop, limit = asyncio.get_running_loop(), self.rollout_config.prompt_length
+        gen = ServerGenerator(self.server_manager, self.tokenizer, loop, sampling_params, limit)
         policy = ModelPolicy(gen, self.system_prompt, self.action_format)
         run_id = f"{self.run_id}-{uuid4().hex[:8]}" if self.run_id else None
         runner = RolloutRunner([self.tasks[task_id]], policy, run_id=run_id, **self.runner_kwargs)
@@ -157,7 +160,7 @@ class SwerlAgentLoop(AgentLoopBase):
         n = self.rollout_config.response_length
         grade_time = ep.timings.get("grade", 0.0)
         return AgentLoopOutput(
-            prompt_ids=self._cap_text_prompt_length(t.prompt_ids),
+            prompt_ids=t.prompt_ids,
             response_ids=t.response_ids[:n],
             response_mask=t.loss_mask[:n],
             response_logprobs=t.logprobs[:n] if t.logprobs is not None else None,
