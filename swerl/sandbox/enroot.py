@@ -212,6 +212,13 @@ def _tail(data: bytes | str, n: int = 2000) -> str:
     return text.strip()[-n:] or "(no stderr)"
 
 
+def binary_missing(binary: str, what: str) -> BackendUnavailable:
+    return BackendUnavailable(
+        f"cannot run {binary!r} ({what}): not found. Install Enroot on the node(s), or set "
+        f"backend.options.enroot or ${ENV_BINARY} to its path"
+    )
+
+
 def run_cli(argv: list[str], env: dict[str, str], timeout: float, what: str) -> str:
     """Run one enroot/srun command to completion; any failure is a SandboxError with its stderr."""
     try:
@@ -224,10 +231,7 @@ def run_cli(argv: list[str], env: dict[str, str], timeout: float, what: str) -> 
             start_new_session=True,
         )
     except FileNotFoundError as e:
-        raise BackendUnavailable(
-            f"cannot run {argv[0]!r} ({what}): not found. Install Enroot on the node(s), or set "
-            f"backend.options.enroot or ${ENV_BINARY} to its path"
-        ) from e
+        raise binary_missing(argv[0], what) from e
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -461,6 +465,10 @@ class EnrootSandbox(ChannelSandbox):
         dirs = opts.dirs()
         _KNOWN_OPTIONS[(opts.binary, str(opts.root_dir), opts.data_dir)] = opts
         env = opts.process_env(dirs)
+        if opts.launcher == "enroot" and shutil.which(opts.binary, path=env.get("PATH")) is None:
+            # Checked here, not only when a command fails: a cached image needs no enroot call
+            # before the start, and the start runs enroot under wrappers that hide a missing binary.
+            raise binary_missing(opts.binary, f"to start {self.name}")
         sqsh = ensure_image(self.image, opts, dirs, env)
         c = self._c = _Container(self.name, opts.binary, env, opts.cli_timeout)
         self._own(c.destroy)
