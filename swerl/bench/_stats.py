@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 
@@ -17,3 +19,41 @@ def table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+class LoadWatch:
+    """The machine's load average before and after a benchmark, and whether a goal may be claimed.
+
+    These machines are shared and noisy: a ratio measured while other work ran says little,
+    so a bench prints the load it ran under and refuses to claim a goal on a busy box.
+    """
+
+    def __init__(self, busy_per_cpu: float = 0.75) -> None:
+        self.cpus = os.cpu_count() or 1
+        self.busy_at = busy_per_cpu * self.cpus
+        self.before = os.getloadavg()
+        self.after: tuple[float, float, float] | None = None
+
+    def stop(self) -> LoadWatch:
+        self.after = os.getloadavg()
+        return self
+
+    @property
+    def busy(self) -> bool:
+        """Busy when the 1-minute load before or after exceeds the threshold."""
+        after = self.after or os.getloadavg()
+        return max(self.before[0], after[0]) > self.busy_at
+
+    def report(self) -> str:
+        after = self.after or os.getloadavg()
+        fmt = "/".join
+        return (
+            f"load average before {fmt(f'{x:.2f}' for x in self.before)}, "
+            f"after {fmt(f'{x:.2f}' for x in after)} ({self.cpus} cpus)"
+        )
+
+    def verdict(self, goal: str, met: bool) -> str:
+        """One line on a goal: met, not met, or not claimed because the box was busy."""
+        if self.busy:
+            return f"goal {goal}: not claimed, the box was busy ({self.report()})"
+        return f"goal {goal}: {'met' if met else 'NOT met'}"
