@@ -359,13 +359,21 @@ def test_pyxis_srun_failure_names_srun_and_the_job(base_image, sandbox_config, m
 
 
 @pytest.fixture(scope="module")
-def slurm_job():
+def slurm_job(tmp_path_factory):
     """A running Slurm job to start Pyxis steps in (real Slurm with the Pyxis plugin and a real
     Enroot on the node); cancelled at the end."""
     if not (_has_pyxis() and os.environ.get("SWERL_ENROOT_REAL")):
         pytest.skip("needs Slurm with Pyxis and a real Enroot (SWERL_ENROOT_REAL)")
     job = subprocess.run(
-        ["sbatch", "--parsable", "--cpus-per-task=1", "--time=20", "--wrap", "sleep 1200"],
+        [
+            "sbatch",
+            "--parsable",
+            "--cpus-per-task=1",
+            "--time=20",
+            f"--output={tmp_path_factory.mktemp('slurm')}/slurm-%j.out",
+            "--wrap",
+            "sleep 1200",
+        ],
         capture_output=True,
         text=True,
         check=True,
