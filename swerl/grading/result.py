@@ -53,6 +53,10 @@ class GradeResult:
     """``official`` (swebench's verdict) or ``strict`` (see swerl.grading.integrity)."""
     integrity: Integrity | None = None
     """Strict mode only: what it stripped, restored or refused."""
+    apply_command: str = ""
+    """The harness's ``git apply`` command that applied the patch, as run_instance logs it."""
+    apply_output: str = ""
+    """Each apply attempt's command and output."""
 
     @property
     def reward(self) -> float | None:
