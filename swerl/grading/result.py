@@ -84,4 +84,5 @@ class GradeResult:
             "attempts": self.attempts,
             "mode": self.mode,
             "integrity": self.integrity.to_dict() if self.integrity else None,
+            "apply_command": self.apply_command,
         }
