@@ -22,7 +22,7 @@ def _validate(docs: list[dict]) -> None:
             _validate_core(doc)
 
 
-@pytest.mark.parametrize("name", ["kuberay-cluster.yaml", "kuberay.yaml"])
+@pytest.mark.parametrize("name", ["clusters/kuberay.yaml", "kuberay.yaml"])
 def test_shipped_configs_render_valid_manifests_with_the_rollout(name, tmp_path, capsys):
     out = tmp_path / "m.yaml"
     assert main(["cluster", "kuberay", "render", str(CONFIGS_DIR / name), "-o", str(out)]) == 0
@@ -35,7 +35,7 @@ def test_shipped_configs_render_valid_manifests_with_the_rollout(name, tmp_path,
 
 
 def test_render_by_name_in_configs(capsys):
-    assert main(["cluster", "kuberay", "render", "kuberay-cluster"]) == 0
+    assert main(["cluster", "kuberay", "render", "clusters/kuberay"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     quota = next(d for d in docs if d["kind"] == "ResourceQuota")
     assert quota["metadata"]["namespace"] == "swerl-sandboxes" and quota["spec"]["hard"]["pods"] == "200"
@@ -57,11 +57,11 @@ def test_no_kubeconfig_is_exit_3_with_a_message(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert main(["cluster", "kuberay", "submit", "kuberay-cluster"]) == 3
+    assert main(["cluster", "kuberay", "submit", "clusters/kuberay"]) == 3
     err = capsys.readouterr().err
     assert "no kubeconfig at ~/.kube/config" in err and "--kubeconfig" in err and "Traceback" not in err
     assert (
-        main(["cluster", "kuberay", "submit", "kuberay-cluster", "--kubeconfig", str(tmp_path / "kc")]) == 3
+        main(["cluster", "kuberay", "submit", "clusters/kuberay", "--kubeconfig", str(tmp_path / "kc")]) == 3
     )
     assert f"no kubeconfig at {tmp_path / 'kc'}" in capsys.readouterr().err
 
@@ -80,6 +80,6 @@ def test_unreachable_api_server_is_exit_3(tmp_path, capsys):
             }
         )
     )
-    assert main(["cluster", "kuberay", "submit", "kuberay-cluster", "--kubeconfig", str(kc)]) == 3
+    assert main(["cluster", "kuberay", "submit", "clusters/kuberay", "--kubeconfig", str(kc)]) == 3
     err = capsys.readouterr().err
     assert "cannot reach the Kubernetes API" in err and "127.0.0.1" in err and "Traceback" not in err

@@ -114,7 +114,7 @@ class KubeRayConfig:
         if unknown:
             raise ConfigError(
                 f"unknown kuberay settings: {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))};"
-                " see configs/kuberay-cluster.yaml)"
+                " see configs/clusters/kuberay.yaml)"
             )
         cfg = cls(**data)
         if isinstance(cfg.rollout, str):
