@@ -136,7 +136,10 @@ def evaluate(
         text = r.output
         if r.timed_out:  # what run_instance appends, so the log reads the same
             text += f"\n\nTimeout error: {timeout} seconds exceeded."
-        return Evaluation(True, text, apply_output, apply_command, r.timed_out, timings, integrity)
+        return Evaluation(
+            True, text, apply_output, apply_command=apply_command, timed_out=r.timed_out,
+            timings=timings, integrity=integrity,
+        )  # fmt: skip
     finally:
         t = time.monotonic()
         sb.close()
