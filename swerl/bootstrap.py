@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -85,6 +86,19 @@ def start_dockerd(timeout: float = 90.0) -> None:
 def pip_install(extras: str) -> None:
     spec = f"{ROOT}[{extras}]" if extras else str(ROOT)
     sh(sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", spec)
+    put_scripts_on_path()
+
+
+def put_scripts_on_path() -> None:
+    """Make the just-installed ``swerl`` script callable: pyenv only sees it after ``pyenv rehash``.
+
+    Elsewhere, say where it is when that directory is not on PATH (a ``--user`` or venv install).
+    """
+    if shutil.which("pyenv"):  # harmless when this Python is not pyenv's
+        sh("pyenv", "rehash", check=False)
+    scripts = Path(sysconfig.get_path("scripts"))
+    if shutil.which("swerl") is None:
+        say(f"the swerl script is in {scripts}, which is not on PATH: add it, or run `python3 -m swerl.cli`")
 
 
 # verl declares transformers<5.11, which the train extra's transformers pin rules out, so it

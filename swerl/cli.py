@@ -76,6 +76,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     progress = (lambda _line: None) if args.json else print
+    progress(cfg.describe_source())
     summary = run_config(cfg, progress=progress)
     _emit(args, summary, format_summary(summary))
     return EXIT_OK if summary["infra_errors"] == 0 else EXIT_FAILED

@@ -14,13 +14,15 @@ from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model
 
 from swerl.env.swe_env import Limits, SWEEnv
 from swerl.errors import ConfigError
+from swerl.resources import configs_dir, find_config
 from swerl.sandbox.base import SandboxConfig
 
-CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS_DIR = configs_dir()
+"""The bundled configs: the checkout's ``configs/``, or the installed wheel's copy (``swerl.resources``)."""
 
 
 class Section(BaseModel):
@@ -138,9 +140,20 @@ class RolloutConfig(Section):
     ray: RayAddress = Field(default_factory=RayAddress)
     slurm: SlurmSection = Field(default_factory=SlurmSection)
 
+    _source: Path | None = PrivateAttr(default=None)
+
     @property
     def out(self) -> Path:
         return Path(self.output_dir.format(name=self.name))
+
+    @property
+    def source(self) -> Path | None:
+        """The file this config was read from (absolute), None for the built-in defaults."""
+        return self._source
+
+    def describe_source(self) -> str:
+        """One line for the start of a run: which config file is in use, so a run is never ambiguous."""
+        return f"config: {self._source or '<built-in defaults>'}"
 
 
 def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -164,23 +177,18 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
 
 
 def resolve_path(path: str | Path) -> Path:
-    """A config path as given, or the name of a file in the bundled configs/."""
-    p = Path(path)
-    if p.exists():
-        return p
-    for candidate in (CONFIGS_DIR / p, CONFIGS_DIR / f"{p}.yaml"):
-        if candidate.exists():
-            return candidate
-    raise ConfigError(f"config file {path} does not exist (nor configs/{p.name})")
+    """A config path as given, else a name in ``./configs``, else a bundled config (``swerl.resources``)."""
+    return find_config(path)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RolloutConfig:
     """Load ``path`` (or the defaults), apply overrides, validate."""
     where = "<defaults>"
     data: dict[str, Any] = {}
+    source = None
     if path is not None:
         p = resolve_path(path)
-        where = str(p)
+        where, source = str(p), p.resolve()
         try:
             data = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as e:
@@ -190,7 +198,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     for key, value in parse_overrides(overrides or []):
         _set(data, key, value)
     try:
-        return RolloutConfig.model_validate(data)
+        cfg = RolloutConfig.model_validate(data)
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
         raise ConfigError(f"{where}: {problems}") from None
+    cfg._source = source
+    return cfg

@@ -61,3 +61,53 @@ def test_rollout_command_bad_config_exit_code(tmp_path):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert r.returncode == 2 and "rollout.num_actors" in r.stderr
+
+
+def _swerl_env() -> dict[str, str]:
+    """The environment for a ``swerl`` subprocess run outside the checkout: this checkout's swerl."""
+    import os
+    from pathlib import Path
+
+    import swerl
+
+    root = str(Path(swerl.__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+
+
+def test_config_names_resolve_in_cwd_first_then_bundled(tmp_path, monkeypatch):
+    from swerl.config import CONFIGS_DIR
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("default")
+    assert cfg.source == (CONFIGS_DIR / "default.yaml").resolve()  # nothing here: the bundled one
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "default.yaml").write_text("name: second-clone\n")
+    (tmp_path / "configs" / "mine.yml").write_text("name: mine\n")
+    cfg = load_config("default")
+    assert cfg.name == "second-clone" and cfg.source == tmp_path / "configs" / "default.yaml"
+    assert cfg.describe_source() == f"config: {tmp_path / 'configs' / 'default.yaml'}"
+    assert load_config("mine").name == "mine" and load_config("large").name != "second-clone"
+    assert load_config(None).source is None and "built-in defaults" in load_config(None).describe_source()
+
+
+def test_unknown_config_name_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"config nosuch not found.*configs.*known names: .*default") as err:
+        load_config("nosuch")
+    assert str(tmp_path / "configs") in str(err.value)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config("configs/nosuch.yaml")  # a path means only that path
+
+
+def test_rollout_in_a_second_clone_uses_its_config_and_prints_it(task_images, tmp_path):
+    (tmp_path / "configs").mkdir()
+    config = tmp_path / "configs" / "default.yaml"
+    config.write_text(
+        "name: second-clone\ntask_ids: [swerl__tinyconf-1]\noutput_dir: out/{name}\nrollout: {num_actors: 1}\n"
+    )
+    r = subprocess.run([sys.executable, "-m", "swerl.cli", "rollout", "default"], cwd=tmp_path,
+                       env=_swerl_env(), capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines()[0] == f"config: {config}"
+    summary = json.loads((tmp_path / "out" / "second-clone" / "summary.json").read_text())
+    assert summary["statuses"] == {"resolved": 1}

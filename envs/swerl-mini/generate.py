@@ -233,6 +233,18 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
+SAMPLE_GOLD = ("swerl__textkit-1", "swerl__tinyconf-1")
+SAMPLE_WRONG = "swerl__intervals-1"
+
+
+def sample_predictions(records: list[dict], wrong: list[dict]) -> list[dict]:
+    """A predictions file for ``swerl eval``'s example: two gold fixes (resolved), one wrong (unresolved)."""
+    gold = {r["instance_id"]: r["patch"] for r in records}
+    rows = [(i, gold[i]) for i in SAMPLE_GOLD]
+    rows.append((SAMPLE_WRONG, next(w["patch"] for w in wrong if w["instance_id"] == SAMPLE_WRONG)))
+    return [{"instance_id": i, "model_name_or_path": "sample", "model_patch": p} for i, p in rows]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-docker", action="store_true", help="do not build images or run tests")
@@ -255,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     write_jsonl(HERE / "tasks.jsonl", records)
     write_jsonl(HERE / "wrong_patches.jsonl", wrong)
     write_jsonl(HERE / "adversarial_patches.jsonl", adversarial)
+    write_jsonl(HERE / "predictions.sample.jsonl", sample_predictions(records, wrong))
     print(f"wrote {len(records)} tasks, {len(wrong)} wrong patches")
     return 0
 

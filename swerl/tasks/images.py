@@ -70,6 +70,15 @@ class BaseImageRecipe:
         return f"{self.repository}:{self.suite}-{self.digest}"
 
 
+def base_image(recipe: BaseImageRecipe | None = None) -> str:
+    """The base image's name (``swerl-base:bookworm-<recipe hash>``), without building or asking Docker.
+
+    The tag changes with the recipe, so code names the image through this, never by hand;
+    ``build_base_image`` (or ``swerl images build-base``) makes it.
+    """
+    return (recipe or BaseImageRecipe()).image
+
+
 def build_base_image(
     recipe: BaseImageRecipe | None = None, client: object | None = None, force: bool = False
 ) -> str:

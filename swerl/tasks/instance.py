@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from swerl.errors import ConfigError
+from swerl.resources import suites_dir
 
-SUITES_DIR = Path(__file__).resolve().parents[2] / "envs"
+SUITES_DIR = suites_dir()
+"""The bundled suites: the checkout's ``envs/``, or the installed wheel's copy (``swerl.resources``)."""
 REQUIRED = ("instance_id", "repo", "base_commit")
 TEST_LISTS = ("FAIL_TO_PASS", "PASS_TO_PASS")
 
