@@ -16,7 +16,7 @@ from swerl.errors import BackendUnavailable, ImageMissing
 from swerl.tasks.instance import Instance
 
 
-def check_docker(images: Iterable[str]) -> None:
+def check_docker(images: Iterable[str], suite: str = "SUITE") -> None:
     """The daemon answers and holds every image (no registry is used, so none may be missing)."""
     import docker.errors
 
@@ -34,7 +34,7 @@ def check_docker(images: Iterable[str]) -> None:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ImageMissing(
             f"{len(missing)} image(s) of the selected tasks are not in the local Docker daemon: {shown}. "
-            "Build them: `swerl tasks build-images SUITE` (the config's `tasks`)"
+            f"Build them: `swerl tasks build-images {suite}`"
         )
 
 
@@ -52,10 +52,10 @@ def check_kubernetes(options: dict[str, Any]) -> None:
     connect(KubernetesConfig.from_env(**options))  # BackendUnavailable: no credentials
 
 
-def preflight(backend: str, options: dict[str, Any], tasks: list[Instance]) -> None:
-    """Raise BackendUnavailable or ImageMissing (exit 3) if ``tasks`` cannot run here."""
+def preflight(backend: str, options: dict[str, Any], tasks: list[Instance], suite: str = "SUITE") -> None:
+    """Raise BackendUnavailable or ImageMissing (exit 3) if ``tasks`` (of ``suite``) cannot run here."""
     if backend == "docker":
-        check_docker(t.image for t in tasks)
+        check_docker((t.image for t in tasks), suite)
     elif backend == "enroot":
         check_enroot(options)
     elif backend == "kubernetes":

@@ -171,7 +171,7 @@ def run_config(
     if _local_ray(cfg):
         from swerl.preflight import preflight
 
-        preflight(cfg.backend.name, cfg.backend.options, runner.tasks)
+        preflight(cfg.backend.name, cfg.backend.options, runner.tasks, cfg.tasks)
     out.mkdir(parents=True, exist_ok=True)
     if changes:  # resuming anyway: keep the config the earlier episodes were made with
         (out / "config.yaml").rename(out / f"config.before-{int(time.time())}.yaml")
