@@ -24,7 +24,7 @@ import yaml
 
 from swerl.config import RolloutConfig
 from swerl.episode import Episode, JsonlSink
-from swerl.errors import ConfigError
+from swerl.errors import BackendUnavailable, ConfigError, SwerlError
 from swerl.policies.registry import make_policy
 from swerl.progress import RunProgress
 from swerl.rollout.runner import RolloutRunner
@@ -125,15 +125,19 @@ def _local_ray(cfg: RolloutConfig) -> bool:
     return not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))
 
 
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (``ray job stop``, ``scancel``, ``kill``) stops the run like Ctrl-C: saved, sandboxes closed."""
+    """SIGTERM (``ray job stop``, ``scancel``, ``kill``) stops the run like Ctrl-C: saved, sandboxes closed.
 
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(signum)
-
+    ``reinstall_sigterm()`` inside it takes the signal back from whoever took it (``ray.init``
+    installs its own handler); the handler from before is restored on the way out.
+    """
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
@@ -141,6 +145,21 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def reinstall_sigterm() -> None:
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGTERM, _raise_interrupted)
+
+
+def start_ray(runner: RolloutRunner) -> None:
+    """Start Ray and the actors; Ray failing to come up is infrastructure (exit 3), not a traceback."""
+    try:
+        runner.start()
+    except SwerlError:
+        raise
+    except Exception as e:  # ray.init raises a bare Exception when its node times out starting
+        raise BackendUnavailable(f"Ray did not start: {e}") from e
 
 
 # --------------------------------------------------------------------- run
@@ -192,18 +211,21 @@ def run_config(
             if not ray.is_initialized():
                 progress.message("starting Ray...")
             t_ray = time.monotonic()
-            with runner:
+            try:
+                start_ray(runner)
                 progress.message(
                     f"Ray and {runner.num_actors} actor(s) ready in {time.monotonic() - t_ray:.1f} s"
                 )
-                with sigterm_as_interrupt():  # again: ray.init installs its own SIGTERM handler
-                    progress.start(
-                        total, len(previous), [e.reward for e in previous.values() if e.reward is not None]
-                    )
-                    for item in runner.stream():
-                        for ep in item if isinstance(item, list) else [item]:
-                            new.append(ep)
-                            progress.episode(ep)
+                reinstall_sigterm()  # ray.init took SIGTERM over
+                progress.start(
+                    total, len(previous), [e.reward for e in previous.values() if e.reward is not None]
+                )
+                for item in runner.stream():
+                    for ep in item if isinstance(item, list) else [item]:
+                        new.append(ep)
+                        progress.episode(ep)
+            finally:
+                runner.close()  # also when stopped while starting: no actor or sandbox is left behind
         except KeyboardInterrupt as e:
             interrupted = e if isinstance(e, Interrupted) else Interrupted(signal.SIGINT)
         finally:
