@@ -26,7 +26,7 @@ from swebench.harness.grading import get_eval_report, get_logs_eval
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.image_builder.constants import CONTAINER_WORKDIR
 
-from swerl.errors import ConfigError, ImageMissing, InfraError, SandboxError
+from swerl.errors import ConfigError, InfraError, SandboxError
 from swerl.grading.integrity import (
     STRICT_PREFIX,
     GradingMode,
@@ -248,8 +248,6 @@ def grade(
         except InfraError as e:
             log.warning("grading %s: attempt %d: infra error: %s", iid, attempt, e)
             errors.append(f"attempt {attempt}: {type(e).__name__}: {e}")
-            if isinstance(e, ImageMissing):
-                break  # a missing image stays missing: retrying only repeats the error
             continue
         timings = {**ev.timings, "total": time.monotonic() - t0}
         if not ev.applied:
@@ -292,7 +290,7 @@ def grade(
         GradeStatus.INFRA_ERROR,
         timings={"total": time.monotonic() - t0},
         error="\n".join(errors),
-        attempts=len(errors),
+        attempts=retries + 1,
         mode=mode.value,
     )
 
