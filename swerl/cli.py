@@ -114,17 +114,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.backend == "docker":
         from swerl.sandbox.docker import connect
 
-        client = connect()  # fail fast (exit 3) before Ray starts; the report lists leftovers with it
+        client = connect()  # fail fast (exit 3) before grading; the report lists leftovers with it
     run_id = args.run_id or default_run_id()
     progress = (lambda _line: None) if args.json else print
     runs = {}
     for mode in ("official", "strict") if args.grading == "both" else (args.grading,):
-        mode_id = mode_run_id(run_id, mode)
-        progress(f"run id {mode_id}: {mode} grading on {args.workers} Ray worker(s)")
         runs[mode] = run_eval(
             args.predictions,
             instances,
-            run_id=mode_id,
+            run_id=mode_run_id(run_id, mode),
             out=args.output_dir,
             workers=args.workers,
             timeout=args.timeout,
@@ -134,6 +132,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             docker_client=client,
             progress=progress,
             grading=mode,
+            executor=args.executor,
+            tasks=args.tasks,
         )
     if len(runs) == 2:
         official, strict = (runs[m].statuses for m in ("official", "strict"))
@@ -356,11 +356,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output-dir", default=".", help="where logs/run_evaluation/ and the report go (default: .)"
     )
-    p.add_argument("--workers", type=int, default=2, help="grades in flight, one Ray task each (default: 2)")
+    p.add_argument("--workers", type=int, default=2, help="grades in flight (default: 2)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds the tests may run per instance")
     p.add_argument("--retries", type=int, default=2, help="retries of an infrastructure failure")
     p.add_argument("--backend", default="docker", help="sandbox backend (default: docker)")
-    p.add_argument("--ray-address", default=None, help="a Ray cluster to use (default: local Ray)")
+    p.add_argument(
+        "--executor",
+        choices=("auto", "threads", "ray"),
+        default="auto",
+        help="where grades run: threads of this process, or Ray tasks; auto (default): Ray only "
+        "with --ray-address or RAY_ADDRESS set",
+    )
+    p.add_argument("--ray-address", default=None, help="a Ray cluster to grade on (implies Ray)")
     p.add_argument(
         "--grading",
         choices=("official", "strict", "both"),

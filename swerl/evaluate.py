@@ -1,6 +1,9 @@
 """`swerl eval`: grade a SWE-bench predictions file in swerl sandboxes, report as the harness does.
 
-Grading runs as a small pool of Ray tasks, each calling ``swerl.grading.grade``.
+Grading calls ``swerl.grading.grade`` per instance, in threads of this process by
+default (a small file needs no cluster, and Ray's start costs seconds), or as Ray
+tasks when asked or when a cluster is named (``ray_address``, ``RAY_ADDRESS``, or a
+Ray this process already joined).
 Each finished instance writes the harness's per-instance logs
 (``logs/run_evaluation/<run_id>/<model>/<instance_id>/report.json`` and friends)
 and the run report is then made by swebench's own ``make_run_report`` from those
@@ -17,25 +20,31 @@ import contextlib
 import io
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from swebench.harness.constants import (
     APPLY_PATCH_FAIL,
+    APPLY_PATCH_PASS,
     LOG_INSTANCE,
     LOG_REPORT,
     LOG_TEST_OUTPUT,
     RUN_EVALUATION_LOG_DIR,
 )
+from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
 from swerl.errors import ConfigError
 from swerl.grading import GradeResult, GradeStatus, GradingMode, grade
 from swerl.tasks.instance import Instance
 
 PREDICTION_KEYS = ("instance_id", "model_name_or_path", "model_patch")
+EXECUTORS = ("auto", "threads", "ray")
+"""Where grades run: ``auto`` is Ray only when a cluster is named or already joined, else threads."""
 
 
 @dataclass
@@ -86,8 +95,12 @@ def _json_records(text: str, path: Path) -> list[tuple[int, Any]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
+        if e.msg == "Extra data" and text.lstrip().startswith("{"):
+            return _jsonl_records(text, path, " (read as JSONL: one prediction per line)")
         raise ConfigError(f"{path}:{e.lineno}: bad JSON: {e.msg} (column {e.colno})") from None
     if isinstance(data, dict):
+        if "instance_id" in data:  # one prediction (a one-line JSONL), not an {id: prediction} map
+            return [(text.count("\n", 0, len(text) - len(text.lstrip())) + 1, data)]
         return [(1, v) for v in data.values()]
     if not isinstance(data, list):
         raise ConfigError(f"{path}:1: expected a list of predictions, got {type(data).__name__}")
@@ -102,7 +115,7 @@ def _json_records(text: str, path: Path) -> list[tuple[int, Any]]:
     return out
 
 
-def _jsonl_records(text: str, path: Path) -> list[tuple[int, Any]]:
+def _jsonl_records(text: str, path: Path, how: str = "") -> list[tuple[int, Any]]:
     out = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -110,14 +123,15 @@ def _jsonl_records(text: str, path: Path) -> list[tuple[int, Any]]:
         try:
             out.append((lineno, json.loads(line)))
         except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}:{lineno}: bad JSON: {e.msg} (column {e.colno})") from None
+            raise ConfigError(f"{path}:{lineno}: bad JSON: {e.msg} (column {e.colno}){how}") from None
     return out
 
 
-def load_predictions(path: str | Path, instances: list[Instance]) -> list[Prediction]:
+def load_predictions(path: str | Path, instances: list[Instance], tasks: str = "") -> list[Prediction]:
     """Parse and check a predictions file against ``instances``; every error names file:line and field.
 
     Everything is checked before anything is graded, so a bad file costs nothing.
+    ``tasks`` names where ``instances`` came from (``swerl eval --tasks``), for the messages.
     """
     p = Path(path)
     if not p.is_file():
@@ -150,9 +164,11 @@ def load_predictions(path: str | Path, instances: list[Instance]) -> list[Predic
                 f"{where}: field 'model_patch' must be a string or null, got {type(patch).__name__}"
             )
         if iid not in known:
+            source = f"--tasks {tasks}" if tasks else "the tasks"
             raise ConfigError(
-                f"{where}: field 'instance_id': unknown instance {iid!r} (the tasks have {len(known)}: "
-                f"{', '.join(sorted(known)[:5])}{', ...' if len(known) > 5 else ''})"
+                f"{where}: field 'instance_id': unknown instance {iid!r}: not in {source} ({len(known)}: "
+                f"{', '.join(sorted(known)[:5])}{', ...' if len(known) > 5 else ''}); "
+                "pass the suite or task file that holds it with --tasks"
             )
         if iid in seen:
             raise ConfigError(
@@ -171,6 +187,18 @@ def mode_run_id(run_id: str, grading: str) -> str:
     return run_id if GradingMode.parse(grading) is GradingMode.OFFICIAL else f"{run_id}-strict"
 
 
+def pick_executor(executor: str = "auto", ray_address: str | None = None) -> str:
+    """``threads`` or ``ray``: ``auto`` takes Ray only for a named cluster (``ray_address``,
+    ``RAY_ADDRESS``) or a Ray this process already joined; otherwise grading needs no Ray."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {executor!r} (one of {', '.join(EXECUTORS)})")
+    if executor != "auto":
+        return executor
+    ray = sys.modules.get("ray")  # never imported just to ask
+    joined = ray is not None and ray.is_initialized()
+    return "ray" if ray_address or os.environ.get("RAY_ADDRESS") or joined else "threads"
+
+
 def _grade_one(
     instance: Instance,
     patch: str | None,
@@ -180,7 +208,7 @@ def _grade_one(
     backend: str,
     grading: str = "official",
 ):
-    """Runs in a Ray worker: one fresh sandbox per grade, labelled with the run id for reaping."""
+    """One fresh sandbox per grade, labelled with the run id for reaping (a thread or a Ray worker)."""
     from swerl.grading import docker_factory
     from swerl.sandbox import SandboxConfig, make_sandbox
 
@@ -234,6 +262,38 @@ def grade_on_ray(
             yield i, result
 
 
+def grade_in_threads(
+    pairs: list[tuple[Instance, str | None]],
+    *,
+    workers: int = 2,
+    timeout: float = 1800.0,
+    retries: int = 2,
+    run_id: str = "eval",
+    backend: str = "docker",
+    grading: str = "official",
+) -> Iterator[tuple[int, GradeResult]]:
+    """As ``grade_on_ray``, in ``workers`` threads of this process: no Ray to start."""
+    if not pairs:
+        return
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="swerl-eval") as pool:
+        futures = {
+            pool.submit(_grade_one, inst, patch, timeout, retries, run_id, backend, grading): i
+            for i, (inst, patch) in enumerate(pairs)
+        }
+        try:
+            for fut in as_completed(futures):
+                i = futures[fut]
+                try:
+                    result = fut.result()
+                except Exception as e:  # a bug or a lost daemon: infra, never a score
+                    result = GradeResult(
+                        pairs[i][0].instance_id, GradeStatus.INFRA_ERROR, error=f"grading failed: {e!r}"
+                    )
+                yield i, result
+        finally:
+            pool.shutdown(cancel_futures=True)
+
+
 # ---------------------------------------------------------------- harness logs
 def instance_log_dir(out: Path, run_id: str, pred: Prediction) -> Path:
     return out / RUN_EVALUATION_LOG_DIR / run_id / pred.log_model / pred.instance_id
@@ -249,8 +309,7 @@ def write_instance_logs(out: Path, run_id: str, pred: Prediction, result: GradeR
     d.mkdir(parents=True, exist_ok=True)
     (d / "patch.diff").write_text(pred.model_patch or "")
     lines = [f"swerl grade of {pred.instance_id}: {result.status.value} (attempts {result.attempts})"]
-    if result.status is GradeStatus.PATCH_FAILED:
-        lines.append(f"{APPLY_PATCH_FAIL}:\n{result.log}")
+    lines += apply_log_lines(result)
     if result.error:
         lines.append(result.error)
     if result.integrity is not None:
@@ -264,6 +323,20 @@ def write_instance_logs(out: Path, run_id: str, pred: Prediction, result: GradeR
         tmp = d / f".{LOG_REPORT}.tmp"
         tmp.write_text(json.dumps({pred.instance_id: result.report}, indent=4))
         tmp.replace(d / LOG_REPORT)  # atomic: a crash never leaves a half report that counts as an error
+
+
+def apply_log_lines(result: GradeResult) -> list[str]:
+    """What run_instance logs of the patch apply: each failed command, then the one that applied."""
+    cmd = result.apply_command
+    if result.status is not GradeStatus.PATCH_FAILED and not cmd:
+        return []  # nothing was applied: an empty patch, or the sandbox failed first
+    tried = GIT_APPLY_CMDS[: GIT_APPLY_CMDS.index(cmd)] if cmd in GIT_APPLY_CMDS else GIT_APPLY_CMDS
+    lines = [f"Failed to apply patch to container: {c}" for c in tried]
+    if result.status is GradeStatus.PATCH_FAILED:
+        return [*lines, f"{APPLY_PATCH_FAIL}:\n{result.log}"]
+    if cmd not in GIT_APPLY_CMDS:  # the harness's reverse check found it applied
+        return [*lines, f"{APPLY_PATCH_PASS}: verified already applied"]
+    return [*lines, f"Patch applied with: {cmd}", f"{APPLY_PATCH_PASS}:\n{result.apply_output}"]
 
 
 @contextlib.contextmanager
@@ -292,6 +365,13 @@ def make_report(
 
 
 # ------------------------------------------------------------------------ run
+def kept_status(out: Path, run_id: str, pred: Prediction) -> str:
+    """The status of an instance a rerun keeps, read back from its report.json."""
+    report = json.loads((instance_log_dir(out, run_id, pred) / LOG_REPORT).read_text())
+    entry = report.get(pred.instance_id, {})
+    return (GradeStatus.RESOLVED if entry.get("resolved") else GradeStatus.UNRESOLVED).value
+
+
 def run_eval(
     predictions_path: str | Path,
     instances: list[Instance],
@@ -306,36 +386,40 @@ def run_eval(
     docker_client: Any = None,
     progress: Callable[[str], None] = print,
     grading: str = "official",
+    executor: str = "auto",
+    tasks: str = "",
 ) -> EvalRun:
     """Validate, grade what is not graded yet under ``run_id``, write logs and the official report.
 
     ``grading``: ``official`` or ``strict`` (pass ``mode_run_id(run_id, grading)`` to keep them apart).
+    ``executor``: ``threads``, ``ray`` or ``auto`` (see ``pick_executor``). ``tasks`` names where
+    ``instances`` came from, for messages.
     """
     t0 = time.monotonic()
     out = Path(out).resolve()
-    preds = load_predictions(predictions_path, instances)
+    preds = load_predictions(predictions_path, instances, tasks)
+    where = pick_executor(executor, ray_address)
     by_id = {i.instance_id: i for i in instances}
     done = [p for p in preds if (instance_log_dir(out, run_id, p) / LOG_REPORT).exists()]
     done_ids = {p.instance_id for p in done}
     if done:
-        progress(f"{len(done)} instance(s) already graded under run id {run_id}, skipping")
+        progress(f"{len(done)} instance(s) already graded under run id {run_id}, kept")
     todo = [p for p in preds if p.instance_id not in done_ids and p.model_patch not in ("", None)]
     statuses = {p.instance_id: GradeStatus.EMPTY_PATCH.value for p in preds if p.model_patch in ("", None)}
-    statuses |= {p.instance_id: "skipped" for p in done}
+    statuses |= {p.instance_id: kept_status(out, run_id, p) for p in done}
     pairs = [(by_id[p.instance_id], p.model_patch) for p in todo]
-    for n, (i, result) in enumerate(
-        grade_on_ray(
-            pairs,
-            workers=workers,
-            timeout=timeout,
-            retries=retries,
-            run_id=run_id,
-            backend=backend,
-            ray_address=ray_address,
-            grading=grading,
-        ),
-        1,
-    ):
+    options = dict(workers=workers, timeout=timeout, retries=retries, run_id=run_id, backend=backend)
+    if where == "ray":
+        results = grade_on_ray(pairs, ray_address=ray_address, grading=grading, **options)
+        pool = f"{workers} Ray worker(s)" + (f" at {ray_address}" if ray_address else "")
+    else:
+        results = grade_in_threads(pairs, grading=grading, **options)
+        pool = f"{min(workers, len(pairs)) or 1} thread(s)"
+    if pairs:
+        progress(f"run id {run_id}: {grading} grading of {len(pairs)} prediction(s) on {pool}")
+    else:
+        progress(f"run id {run_id}: nothing left to grade")
+    for n, (i, result) in enumerate(results, 1):
         pred = todo[i]
         write_instance_logs(out, run_id, pred, result)
         statuses[pred.instance_id] = result.status.value

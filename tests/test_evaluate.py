@@ -1,14 +1,23 @@
-"""Predictions files: every mistake is a ConfigError naming file, line and field, before any grading."""
+"""`swerl eval`: predictions files (every mistake a ConfigError naming file, line and field, before
+any grading), where grades run (threads unless Ray is asked for), and the logs a run leaves."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
 from swerl.errors import ConfigError
-from swerl.evaluate import load_predictions
+from swerl.evaluate import apply_log_lines, load_predictions, pick_executor, run_eval
+from swerl.grading import GradeResult, GradeStatus
 from swerl.tasks.instance import load_instances
+
+ROOT = Path(__file__).parents[1]
 
 INSTANCES = load_instances("swerl-mini")
 IDS = [i.instance_id for i in INSTANCES]
@@ -44,8 +53,10 @@ def test_json_list_jsonl_and_id_map_all_load(tmp_path):
         (
             "p.jsonl",
             "\n\n" + json.dumps(pred("nope__x-1")),
-            r"p\.jsonl:3: field 'instance_id': unknown instance 'nope__x-1'",
+            r"p\.jsonl:3: field 'instance_id': unknown instance 'nope__x-1': not in --tasks swerl-mini"
+            r" \(12: .*\); pass the suite or task file that holds it with --tasks",
         ),
+        ("p.json", json.dumps(pred()) + "\n{oops\n", r"p\.json:2: bad JSON: .* \(read as JSONL"),
         (
             "p.json",
             json.dumps([pred(), pred(model_patch=3)], indent=1),
@@ -65,10 +76,113 @@ def test_bad_predictions_name_file_line_and_field(tmp_path, name, text, message)
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(ConfigError, match=message) as err:
-        load_predictions(path, INSTANCES)
+        load_predictions(path, INSTANCES, "swerl-mini")
     assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("lines", [1, 2])
+def test_jsonl_in_a_file_named_json_loads(tmp_path, lines):
+    """The harness's own examples name JSONL files .json: read them, one prediction per line."""
+    path = tmp_path / "preds.json"
+    path.write_text("".join(json.dumps(pred(iid)) + "\n" for iid in IDS[:lines]))
+    got = load_predictions(path, INSTANCES)
+    assert [(p.instance_id, p.where) for p in got] == [(IDS[n], f"{path}:{n + 1}") for n in range(lines)]
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="no such predictions file"):
         load_predictions(tmp_path / "none.jsonl", INSTANCES)
+
+
+def test_executor_is_threads_unless_a_cluster_is_named(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    if "ray" in sys.modules:
+        monkeypatch.setattr(sys.modules["ray"], "is_initialized", lambda: False)
+    assert pick_executor() == "threads"
+    assert pick_executor("auto", "127.0.0.1:6379") == "ray"
+    assert pick_executor("ray") == "ray"
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    assert (pick_executor(), pick_executor("threads")) == ("ray", "threads")
+    with pytest.raises(ConfigError, match="unknown executor 'dask'"):
+        pick_executor("dask")
+
+
+def test_run_instance_log_names_the_apply_command_like_the_harness():
+    def result(status: GradeStatus, cmd: str) -> GradeResult:
+        return GradeResult("x", status, log="error: patch failed", apply_command=cmd, apply_output="ok\n")
+
+    assert apply_log_lines(result(GradeStatus.RESOLVED, "git apply --verbose --3way")) == [
+        "Failed to apply patch to container: git apply --verbose",
+        "Patch applied with: git apply --verbose --3way",
+        ">>>>> Applied Patch:\nok\n",
+    ]
+    lines = apply_log_lines(result(GradeStatus.UNRESOLVED, "git apply --check --reverse"))
+    every = [f"Failed to apply patch to container: {c}" for c in GIT_APPLY_CMDS]
+    assert lines == [*every, ">>>>> Applied Patch: verified already applied"]
+    lines = apply_log_lines(result(GradeStatus.PATCH_FAILED, ""))
+    assert lines == [*every, ">>>>> Patch Apply Failed:\nerror: patch failed"]
+    assert apply_log_lines(result(GradeStatus.EMPTY_PATCH, "")) == []
+
+
+# ------------------------------------------------------ grading, end to end
+SUITE = {i.instance_id: i for i in INSTANCES}
+GOLD2 = ["swerl__textkit-1", "swerl__intervals-3"]
+
+EVAL_IN_A_FRESH_PROCESS = """
+import json, sys
+from swerl.cli import main
+rc = main(sys.argv[1:])
+print(json.dumps({"rc": rc, "ray_imported": "ray" in sys.modules}))
+"""
+
+
+def _eval(cwd: Path, *args: str) -> tuple[dict, dict]:
+    """``swerl eval ARGS --json`` in a fresh Python: (its --json output, rc and whether Ray was imported)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    r = subprocess.run(
+        [sys.executable, "-c", EVAL_IN_A_FRESH_PROCESS, "eval", *args, "--json"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out, _, last = r.stdout.rstrip().rpartition("\n")
+    return json.loads(out), json.loads(last)
+
+
+def _gold(path: Path, ids: list[str]) -> Path:
+    path.write_text("".join(json.dumps(pred(i, model_patch=SUITE[i].patch)) + "\n" for i in ids))
+    return path
+
+
+def test_small_file_grades_in_process_without_ray_and_rerun_keeps_statuses(task_images, tmp_path):
+    _gold(tmp_path / "preds.jsonl", GOLD2)
+    data, proc = _eval(tmp_path, "preds.jsonl", "--run-id", "r1")
+    assert proc == {"rc": 0, "ray_imported": False}  # no Ray started, not even imported
+    assert data["statuses"] == dict.fromkeys(sorted(GOLD2), "resolved")
+    assert data["report"]["resolved_ids"] == sorted(GOLD2) and data["skipped"] == []
+    log = (tmp_path / "logs/run_evaluation/r1/m" / GOLD2[0] / "run_instance.log").read_text()
+    assert "Patch applied with: git apply --verbose\n>>>>> Applied Patch:\n" in log
+    assert "Failed to apply patch" not in log  # the first command applied it
+    # A rerun keeps both, and --json says what they are, not just that they were kept.
+    again, proc = _eval(tmp_path, "preds.jsonl", "--run-id", "r1")
+    assert proc["ray_imported"] is False
+    assert again["statuses"] == data["statuses"] and again["skipped"] == sorted(GOLD2)
+
+
+def test_eval_reuses_the_ray_this_process_joined(task_images, ray_session, tmp_path):
+    import ray
+
+    assert ray.is_initialized()
+    lines: list[str] = []
+    run = run_eval(
+        _gold(tmp_path / "p.jsonl", GOLD2[:1]), INSTANCES, run_id="ray1", out=tmp_path, progress=lines.append
+    )
+    assert run.statuses == {GOLD2[0]: "resolved"}
+    assert "run id ray1: official grading of 1 prediction(s) on 2 Ray worker(s)" in lines
+
+
+def test_bad_file_fails_before_any_grading_is_announced(tmp_path):
+    (tmp_path / "p.jsonl").write_text(json.dumps(pred("nope__x-1")) + "\n")
+    lines: list[str] = []
+    with pytest.raises(ConfigError, match="--tasks"):
+        run_eval(tmp_path / "p.jsonl", INSTANCES, run_id="x", out=tmp_path, progress=lines.append)
+    assert lines == [] and not (tmp_path / "logs").exists()

@@ -148,7 +148,7 @@ def test_sandbox_killed_once_is_retried(suite, factory, run_id, docker_client):
 def test_missing_image_is_infra_error(suite, factory):
     inst = Instance.from_dict({**suite[0].to_dict(), "image": "sweb.eval.x86_64.does-not-exist:latest"})
     res = grade(inst, inst.patch, sandbox_factory=factory, retries=1)
-    assert (res.status, res.reward, res.attempts) == (GradeStatus.INFRA_ERROR, None, 2)
+    assert (res.status, res.reward, res.attempts) == (GradeStatus.INFRA_ERROR, None, 1)  # never retried
     assert "ImageMissing" in res.error and "build" in res.error
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -38,9 +37,7 @@ def test_notebooks_are_committed_without_outputs():
 def test_notebook_runs(path, kernel, task_images, run_id, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(path, as_version=4)
-    t0 = time.monotonic()
     nbclient.NotebookClient(
         nb, timeout=120, kernel_name=kernel, resources={"metadata": {"path": str(tmp_path)}}
     ).execute()  # raises CellExecutionError, naming the cell, on any error
-    elapsed = time.monotonic() - t0
-    assert elapsed < 90, f"{path.name} took {elapsed:.0f} s; keep notebooks small"
+    # No wall-clock assert: speed is for the benches; a cell over nbclient's timeout still fails.

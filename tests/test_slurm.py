@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -192,3 +193,65 @@ def test_attach_runs_inside_salloc_and_refuses_outside(slurm, tmp_path, monkeypa
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     summary = yaml.safe_load((tmp_path / "out" / "summary.json").read_text())
     assert summary["per_task"] == {"swerl__textkit-1": 1.0} and not math.isnan(summary["mean_reward"])
+
+
+# ------------------------------------------- requests checked against sinfo, waits that say why
+def _max_cpus() -> int:
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%c"], capture_output=True, text=True, check=True).stdout
+    return max(int(c.rstrip("+")) for c in out.split())
+
+
+def test_impossible_cpus_fail_before_sbatch_naming_the_sinfo_limit(slurm, tmp_path, capsys):
+    cpus = _max_cpus()
+    path = write_config(tmp_path, "too-big", 23000, {"name": "docker"}, slurm={"cpus_per_task": cpus + 2})
+    assert main(["cluster", "slurm", "submit", path, "--wait"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no job id: nothing was submitted
+    assert f"slurm.cpus_per_task={cpus + 2}" in captured.err
+    assert f"at most {cpus} CPUs per node: lower slurm.cpus_per_task" in captured.err
+    assert not (tmp_path / "out" / "slurm-job.sh").exists()
+    path = write_config(tmp_path, "too-many", 23000, {"name": "docker"}, slurm={"nodes": 99})
+    assert main(["cluster", "slurm", "submit", path]) == 2
+    err = capsys.readouterr().err
+    assert "slurm.nodes=99" in err and "can never run" in err and "node(s): lower slurm.nodes" in err
+
+
+def test_shipped_slurm_config_fits_this_cluster(slurm):
+    from swerl.cluster.slurm import check_request
+    from swerl.config import CONFIGS_DIR
+
+    check_request(load_config(CONFIGS_DIR / "slurm-enroot.yaml"))  # raises if it could never run
+
+
+def test_wait_prints_state_and_reason_and_gives_up_on_a_job_that_can_never_start(slurm, tmp_path):
+    """A held job (JobHeldUser) is shown waiting; asked for more CPUs than any node has, it pends
+    with BadConstraints forever: the wait cancels it and says so."""
+    from swerl.cluster.slurm import job_state, wait_job
+    from swerl.errors import ConfigError
+
+    job = subprocess.run(
+        ["sbatch", "--parsable", "--hold", f"--output={tmp_path}/%j.out", "--wrap", "true"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    lines: list[str] = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if "JobHeldUser" in line:  # now make it impossible, and let it go
+            subprocess.run(
+                ["scontrol", "update", f"jobid={job}", f"MinCPUsNode={_max_cpus() + 2}"], check=True
+            )
+            subprocess.run(["scontrol", "release", job], check=True)
+
+    try:
+        with pytest.raises(ConfigError, match=rf"job {job} can never start: BadConstraints .*cancelled it"):
+            wait_job(job, timeout=60, poll=0.5, log=log)
+        assert lines[0] == f"job {job}: PENDING (reason: JobHeldUser)"
+        assert lines[-1] == f"job {job}: PENDING (reason: BadConstraints)"
+        for _ in range(20):
+            if job_state(job)[0] == "CANCELLED":
+                break
+            time.sleep(0.5)
+        assert job_state(job)[0] == "CANCELLED"
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)

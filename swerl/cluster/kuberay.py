@@ -44,7 +44,8 @@ from typing import Any, TextIO
 import yaml
 
 from swerl.cluster.ray_jobs import entrypoint
-from swerl.errors import ConfigError
+from swerl.config import RolloutConfig, resolve_path
+from swerl.errors import ConfigError, InfraError
 from swerl.sandbox.base import OWNER_LABEL
 from swerl.sandbox.kubernetes import NETWORK_LABEL, RBAC_RULES
 
@@ -89,18 +90,32 @@ class KubeRayConfig:
 
     @classmethod
     def load(cls, source: str | os.PathLike[str] | dict[str, Any]) -> KubeRayConfig:
-        """From a dict or a YAML file (top level, or under a ``kuberay:`` key)."""
+        """From a dict or a YAML file (a path or a name in configs/): KubeRayConfig fields at the
+        top level or under ``kuberay:``, or a rollout config (rendered with the default cluster)."""
         base = Path(".")
         if isinstance(source, dict):
             data = dict(source)
         else:
-            base = Path(source).parent
-            with open(source) as f:
-                data = yaml.safe_load(f) or {}
+            path = resolve_path(source)
+            base = path.parent
+            try:
+                data = yaml.safe_load(path.read_text()) or {}
+            except (OSError, yaml.YAMLError) as e:
+                raise ConfigError(f"cannot read the KubeRay config {path}: {e}") from None
+            if not isinstance(data, dict):
+                raise ConfigError(
+                    f"{path}: expected a mapping of KubeRay settings, got {type(data).__name__}"
+                )
         data = data.get("kuberay", data)
-        unknown = set(data) - {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown and set(data) <= set(RolloutConfig.model_fields):  # a rollout config, e.g. kuberay.yaml
+            data, unknown = {"rollout": data}, set()
         if unknown:
-            raise ConfigError(f"unknown kuberay settings: {', '.join(sorted(unknown))}")
+            raise ConfigError(
+                f"unknown kuberay settings: {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))};"
+                " see configs/clusters/kuberay.yaml)"
+            )
         cfg = cls(**data)
         if isinstance(cfg.rollout, str):
             path = Path(cfg.rollout) if Path(cfg.rollout).is_absolute() else base / cfg.rollout
@@ -247,17 +262,34 @@ def to_yaml(docs: list[dict[str, Any]]) -> str:
 
 # ------------------------------------------------------------------ submit
 def _dynamic_client(kubeconfig: str | None, context: str | None) -> Any:
-    from kubernetes import config, dynamic
-    from kubernetes.client import ApiClient
-
-    if kubeconfig or context or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        api = config.new_client_from_config(
-            config_file=kubeconfig or os.environ.get("KUBECONFIG"), context=context
+    """A client of the cluster API; no kubeconfig or no API server is InfraError (exit 3)."""
+    try:
+        from kubernetes import config, dynamic
+        from kubernetes.client import ApiClient
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError as e:
+        raise InfraError(
+            f"the kubernetes client is not installed ({e}): pip install 'swerl[kubernetes]'"
+        ) from e
+    in_cluster = not (kubeconfig or context) and os.environ.get("KUBERNETES_SERVICE_HOST")
+    where = (
+        "in-cluster config" if in_cluster else kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    )
+    if not in_cluster and not any(Path(p).expanduser().is_file() for p in where.split(os.pathsep)):
+        raise InfraError(
+            f"no kubeconfig at {where}: pass --kubeconfig FILE, set KUBECONFIG, or run in the cluster"
         )
-    else:
-        config.load_incluster_config()
-        api = ApiClient()
-    return dynamic.DynamicClient(api)
+    try:
+        if in_cluster:
+            config.load_incluster_config()
+            api = ApiClient()
+        else:
+            api = config.new_client_from_config(config_file=where, context=context)
+        return dynamic.DynamicClient(api)  # asks the server for its API groups
+    except ConfigException as e:
+        raise InfraError(f"kubeconfig {where}: {e}") from None
+    except Exception as e:  # urllib3's errors: no API server there
+        raise InfraError(f"cannot reach the Kubernetes API ({where}): {type(e).__name__}: {e}") from None
 
 
 def submit(
@@ -275,20 +307,29 @@ def submit(
     Returns the RayJob's last status (``jobStatus``: SUCCEEDED, FAILED, ...).
     """
     from kubernetes.client.exceptions import ApiException
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
     dyn = _dynamic_client(kubeconfig, context)
     for doc in render(cfg):
-        res = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
         ns, name = doc["metadata"]["namespace"], doc["metadata"]["name"]
-        if doc["kind"] == "RayJob":  # a finished job does not rerun on apply: make a new one
-            try:
-                res.delete(name=name, namespace=ns)
-                log(f"deleted the previous RayJob {ns}/{name}")
-                _wait_gone(res, name, ns)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-        res.server_side_apply(body=doc, namespace=ns, field_manager="swerl", force_conflicts=True)
+        try:
+            res = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        except ResourceNotFoundError:
+            raise InfraError(
+                f"the cluster has no {doc['apiVersion']} {doc['kind']} (is the KubeRay operator installed?)"
+            ) from None
+        try:
+            if doc["kind"] == "RayJob":  # a finished job does not rerun on apply: make a new one
+                try:
+                    res.delete(name=name, namespace=ns)
+                    log(f"deleted the previous RayJob {ns}/{name}")
+                    _wait_gone(res, name, ns)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+            res.server_side_apply(body=doc, namespace=ns, field_manager="swerl", force_conflicts=True)
+        except ApiException as e:
+            raise InfraError(f"cannot apply {doc['kind']} {ns}/{name}: {e.status} {e.reason}") from None
         log(f"applied {doc['kind']} {ns}/{name}")
     if not follow:
         return {}

@@ -24,10 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from swerl.config import RolloutConfig, load_config, resolve_path
@@ -45,6 +48,15 @@ FINAL_STATES = {
     "BOOT_FAIL",
     "DEADLINE",
 }
+NEVER_STARTS = {
+    "PartitionConfig": "the request exceeds what the partition's nodes have",
+    "BadConstraints": "no node satisfies the job's constraints",
+    "PartitionNodeLimit": "more nodes than the partition allows",
+    "PartitionTimeLimit": "a longer time limit than the partition allows",
+    "InvalidAccount": "the account is not valid",
+    "InvalidQOS": "the QOS is not valid",
+}
+"""Pending reasons that no amount of waiting resolves: the job is cancelled and the reason reported."""
 
 
 def ray_binary() -> str:
@@ -212,6 +224,80 @@ def _sh(argv: list[str], what: str, timeout: float = 60.0) -> str:
     return p.stdout
 
 
+@dataclass
+class Partition:
+    """What sinfo says one partition's nodes have (for checking a request before sbatch)."""
+
+    name: str
+    default: bool
+    cpus: dict[str, int]
+    """Node name -> CPUs."""
+    memory_mb: dict[str, int]
+    """Node name -> RealMemory in MB."""
+
+
+def partitions() -> dict[str, Partition]:
+    """Every partition sinfo lists, with its nodes' CPUs and memory."""
+    out = _sh(["sinfo", "-h", "-N", "-o", "%P|%N|%c|%m"], "sinfo")
+    parts: dict[str, Partition] = {}
+    for line in out.splitlines():
+        name, node, cpus, mem = line.strip().split("|")
+        part = parts.setdefault(name.rstrip("*"), Partition(name.rstrip("*"), name.endswith("*"), {}, {}))
+        part.cpus[node] = int(cpus.rstrip("+"))
+        part.memory_mb[node] = int(mem.rstrip("+")) if mem.rstrip("+").isdigit() else 0
+    return parts
+
+
+_MEM_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def _mem_mb(mem: str) -> float | None:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)B?", mem.strip().upper())
+    return float(m[1]) * _MEM_UNITS[m[2] or "M"] if m else None
+
+
+def check_request(cfg: RolloutConfig, parts: dict[str, Partition] | None = None) -> None:
+    """Refuse, before sbatch, a request that no node of the partition can ever run (it would pend
+    forever): too many CPUs per task, too much memory, more nodes than fit. Names the limit."""
+    s = cfg.slurm
+    parts = partitions() if parts is None else parts
+    if not parts:
+        raise InfraError("sinfo lists no partitions: is this a Slurm cluster?")
+    if s.partition is None:
+        part = next((p for p in parts.values() if p.default), None)
+        if part is None:
+            return  # no default partition: sbatch says what it wants
+    elif s.partition not in parts:
+        raise ConfigError(
+            f"slurm.partition={s.partition}: no such partition (sinfo lists {', '.join(parts)})"
+        )
+    else:
+        part = parts[s.partition]
+    need_mem = _mem_mb(s.mem) if s.mem else None
+    fit = [
+        node
+        for node, cpus in part.cpus.items()
+        if cpus >= (s.cpus_per_task or 1) and (need_mem is None or part.memory_mb[node] >= need_mem)
+    ]
+    if len(fit) >= s.nodes:
+        return
+    have = ", ".join(f"{n}: {c} CPUs, {part.memory_mb[n]} MB" for n, c in part.cpus.items())
+    asks = [f"slurm.nodes={s.nodes}"]
+    asks += [f"slurm.cpus_per_task={s.cpus_per_task}"] if s.cpus_per_task else []
+    asks += [f"slurm.mem={s.mem}"] if s.mem else []
+    hint = []
+    if s.cpus_per_task and s.cpus_per_task > max(part.cpus.values()):
+        hint.append(f"at most {max(part.cpus.values())} CPUs per node: lower slurm.cpus_per_task")
+    if need_mem and need_mem > max(part.memory_mb.values()):
+        hint.append(f"at most {max(part.memory_mb.values())} MB per node: lower slurm.mem")
+    if len(part.cpus) < s.nodes:
+        hint.append(f"only {len(part.cpus)} node(s): lower slurm.nodes")
+    raise ConfigError(
+        f"{' '.join(asks)} can never run in partition {part.name}: {len(fit)} of its nodes fit "
+        f"(sinfo: {have}){'; ' + '; '.join(hint) if hint else ''}"
+    )
+
+
 def write_script(cfg: RolloutConfig, path: Path, overrides: list[str]) -> Path:
     cfg.out.mkdir(parents=True, exist_ok=True)
     script = cfg.out / "slurm-job.sh"
@@ -221,29 +307,52 @@ def write_script(cfg: RolloutConfig, path: Path, overrides: list[str]) -> Path:
 
 
 def submit(cfg: RolloutConfig, path: Path, overrides: list[str]) -> str:
-    """sbatch the job; returns its id."""
+    """Check the request against sinfo, sbatch the job; returns its id."""
+    check_request(cfg)
     script = write_script(cfg, path, overrides)
     out = _sh(["sbatch", "--parsable", str(script)], "sbatch")
     return out.strip().split(";")[0]
 
 
-def job_state(job_id: str) -> tuple[str, str]:
-    """(JobState, ExitCode) from scontrol (no accounting database needed)."""
+def job_fields(job_id: str) -> dict[str, str]:
+    """``scontrol show job -o`` as a dict (no accounting database needed)."""
     out = _sh(["scontrol", "show", "job", "-o", job_id], f"scontrol show job {job_id}")
-    fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
+    return dict(f.split("=", 1) for f in out.split() if "=" in f)
+
+
+def job_state(job_id: str) -> tuple[str, str]:
+    """(JobState, ExitCode)."""
+    fields = job_fields(job_id)
     return fields.get("JobState", "UNKNOWN"), fields.get("ExitCode", "")
 
 
-def wait_job(job_id: str, timeout: float | None = None, poll: float = 1.0) -> tuple[str, str]:
-    """Wait for the job to end; scancel it if the wait times out or is interrupted."""
+def wait_job(
+    job_id: str,
+    timeout: float | None = None,
+    poll: float = 1.0,
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+) -> tuple[str, str]:
+    """Wait for the job to end, logging each new state and reason; scancel it if the wait times out,
+    is interrupted, or the job pends for a reason that never clears (NEVER_STARTS: ConfigError)."""
     deadline = time.monotonic() + timeout if timeout else None
+    last = None
     try:
         while True:
-            state, code = job_state(job_id)
+            fields = job_fields(job_id)
+            state, reason = fields.get("JobState", "UNKNOWN"), fields.get("Reason", "None")
+            if (state, reason) != last:
+                log(f"job {job_id}: {state}" + (f" (reason: {reason})" if reason not in ("None", "") else ""))
+                last = (state, reason)
             if state.split()[0] in FINAL_STATES:
-                return state, code
+                return state, fields.get("ExitCode", "")
+            if state == "PENDING" and reason in NEVER_STARTS:
+                raise ConfigError(
+                    f"job {job_id} can never start: {reason} ({NEVER_STARTS[reason]}; "
+                    f"asked {fields.get('NumCPUs', '?')} CPUs on {fields.get('NumNodes', '?')} node(s) in "
+                    f"partition {fields.get('Partition', '?')}, see `sinfo -N -o '%N %c %m'`); cancelled it"
+                )
             if deadline and time.monotonic() > deadline:
-                raise InfraError(f"job {job_id} still {state} after {timeout:g} s; cancelled it")
+                raise InfraError(f"job {job_id} still {state} ({reason}) after {timeout:g} s; cancelled it")
             time.sleep(poll)
     except BaseException:
         subprocess.run(["scancel", job_id], capture_output=True)

@@ -26,7 +26,7 @@ from swebench.harness.grading import get_eval_report, get_logs_eval
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.image_builder.constants import CONTAINER_WORKDIR
 
-from swerl.errors import ConfigError, InfraError, SandboxError
+from swerl.errors import ConfigError, ImageMissing, InfraError, SandboxError
 from swerl.grading.integrity import (
     STRICT_PREFIX,
     GradingMode,
@@ -60,6 +60,8 @@ class Evaluation:
     applied: bool
     log: str = ""
     apply_output: str = ""
+    apply_command: str = ""
+    """The harness command that applied the patch (the reverse check's when already applied)."""
     timed_out: bool = False
     timings: dict[str, float] = field(default_factory=dict)
     integrity: Integrity | None = None
@@ -118,7 +120,7 @@ def evaluate(
                 return Evaluation(False, apply_output=str(e), timings=timings, integrity=integrity)
             timings["filter"] = time.monotonic() - t
             t = time.monotonic()
-        applied, apply_output = (True, "") if not patch else _apply(sb, patch)
+        applied, apply_output, apply_command = (True, "", "") if not patch else _apply(sb, patch)
         timings["apply"] = time.monotonic() - t
         if not applied:
             return Evaluation(False, apply_output=apply_output, timings=timings, integrity=integrity)
@@ -134,7 +136,10 @@ def evaluate(
         text = r.output
         if r.timed_out:  # what run_instance appends, so the log reads the same
             text += f"\n\nTimeout error: {timeout} seconds exceeded."
-        return Evaluation(True, text, apply_output, r.timed_out, timings, integrity)
+        return Evaluation(
+            True, text, apply_output, apply_command=apply_command, timed_out=r.timed_out,
+            timings=timings, integrity=integrity,
+        )  # fmt: skip
     finally:
         t = time.monotonic()
         sb.close()
@@ -185,8 +190,10 @@ def _write(sb: Sandbox, path: str, data: bytes) -> None:
         raise SandboxError(f"cannot write {path} in the sandbox: {e}") from e
 
 
-def _apply(sb: Sandbox, patch: str) -> tuple[bool, str]:
-    """The harness's fallback chain, then its "already applied" reverse check."""
+def _apply(sb: Sandbox, patch: str) -> tuple[bool, str, str]:
+    """The harness's fallback chain, then its "already applied" reverse check.
+
+    -> (applied, every attempt's output, the command that applied it or "")."""
     _write(sb, CONTAINER_PATCH_FILE, patch.encode())
     out = ""
     for attempt, cmd in enumerate(GIT_APPLY_CMDS):
@@ -195,9 +202,10 @@ def _apply(sb: Sandbox, patch: str) -> tuple[bool, str]:
         r = sb.execute(f"{cmd} {CONTAINER_PATCH_FILE}", cwd=CONTAINER_WORKDIR)
         out += f"$ {cmd}\n{r.output}"
         if r.ok:
-            return True, out
-    r = sb.execute(f"git apply --check --reverse {CONTAINER_PATCH_FILE}", cwd=CONTAINER_WORKDIR)
-    return r.ok, out
+            return True, out, cmd
+    reverse = "git apply --check --reverse"
+    r = sb.execute(f"{reverse} {CONTAINER_PATCH_FILE}", cwd=CONTAINER_WORKDIR)
+    return r.ok, out, reverse if r.ok else ""
 
 
 def judge(instance: Instance, patch: str, text: str) -> tuple[GradeStatus, dict[str, str], dict[str, Any]]:
@@ -248,13 +256,15 @@ def grade(
         except InfraError as e:
             log.warning("grading %s: attempt %d: infra error: %s", iid, attempt, e)
             errors.append(f"attempt {attempt}: {type(e).__name__}: {e}")
+            if isinstance(e, ImageMissing):  # a retry cannot build the image: say so now
+                break
             continue
         timings = {**ev.timings, "total": time.monotonic() - t0}
         if not ev.applied:
             return GradeResult(
                 iid, GradeStatus.PATCH_FAILED, log=ev.apply_output, timings=timings,
                 error="patch does not apply (every harness fallback failed)", attempts=attempt,
-                mode=mode.value, integrity=ev.integrity,
+                mode=mode.value, integrity=ev.integrity, apply_output=ev.apply_output,
             )  # fmt: skip
         status, status_map, report = judge(instance, patch, ev.log)
         if ev.integrity is not None:
@@ -284,13 +294,15 @@ def grade(
             report=report,
             mode=mode.value,
             integrity=ev.integrity,
+            apply_command=ev.apply_command,
+            apply_output=ev.apply_output,
         )
     return GradeResult(
         iid,
         GradeStatus.INFRA_ERROR,
         timings={"total": time.monotonic() - t0},
         error="\n".join(errors),
-        attempts=retries + 1,
+        attempts=len(errors),
         mode=mode.value,
     )
 

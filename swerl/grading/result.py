@@ -53,6 +53,10 @@ class GradeResult:
     """``official`` (swebench's verdict) or ``strict`` (see swerl.grading.integrity)."""
     integrity: Integrity | None = None
     """Strict mode only: what it stripped, restored or refused."""
+    apply_command: str = ""
+    """The harness's ``git apply`` command that applied the patch, as run_instance logs it."""
+    apply_output: str = ""
+    """Each apply attempt's command and output."""
 
     @property
     def reward(self) -> float | None:
@@ -80,4 +84,5 @@ class GradeResult:
             "attempts": self.attempts,
             "mode": self.mode,
             "integrity": self.integrity.to_dict() if self.integrity else None,
+            "apply_command": self.apply_command,
         }
