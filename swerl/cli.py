@@ -11,11 +11,15 @@ import dataclasses
 import importlib
 import json
 import logging
+import os
+import shlex
+import signal
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from swerl import __version__
 from swerl.errors import ConfigError, InfraError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
@@ -63,21 +67,36 @@ def cmd_tasks_build_images(args: argparse.Namespace) -> int:
 
 def cmd_tasks_validate(args: argparse.Namespace) -> int:
     from swerl.tasks.instance import load_instances
-    from swerl.tasks.validate import count_mismatches, validate_suite
+    from swerl.tasks.validate import count_mismatches, format_table, validate_suite
 
-    mismatches = count_mismatches(validate_suite(load_instances(args.suite)))
-    return EXIT_FAILED if mismatches else EXIT_OK
+    rows = validate_suite(load_instances(args.suite), out=None)
+    _emit(args, [dataclasses.asdict(r) | {"ok": r.ok} for r in rows], format_table(rows))
+    return EXIT_FAILED if count_mismatches(rows) else EXIT_OK
 
 
 # ----------------------------------------------------------------- rollout
 def cmd_rollout(args: argparse.Namespace) -> int:
     from swerl.config import load_config
-    from swerl.rollout.run import format_summary, run_config
+    from swerl.progress import RunProgress
+    from swerl.rollout.run import Interrupted, format_summary, run_config
 
+    if "=" in args.config and not Path(args.config).exists():  # `swerl rollout key=value`: the default config
+        args.overrides.insert(0, args.config)
+        args.config = "default"
     cfg = load_config(args.config, args.overrides)
-    progress = (lambda _line: None) if args.json else print
-    progress(cfg.describe_source())
-    summary = run_config(cfg, progress=progress)
+    resume = shlex.join(["swerl", "rollout", args.config, *args.overrides])
+    source = cfg.describe_source()
+    try:
+        summary = run_config(
+            cfg,
+            RunProgress(quiet=args.json),
+            resume_anyway=args.resume_anyway,
+            resume_hint=resume,
+            source=source,
+        )
+    except Interrupted as e:
+        print(f"swerl: {e.message}", file=sys.stderr)
+        return 128 + e.signum
     _emit(args, summary, format_summary(summary))
     return EXIT_OK if summary["infra_errors"] == 0 else EXIT_FAILED
 
@@ -228,8 +247,24 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- sandboxes
 def cmd_reap(args: argparse.Namespace) -> int:
-    from swerl.sandbox.docker import reap
+    from swerl.sandbox.docker import reap, reapable
 
+    if not (args.run_id or args.orphans or args.all):
+        raise ConfigError(
+            "say which sandboxes to remove: --run-id ID (one run's), --orphans (those whose creating "
+            "process died) or --all (every swerl container on this daemon, other users' runs included); "
+            "add --dry-run to list them first"
+        )
+    if args.dry_run:
+        found = reapable(args.run_id, orphans_only=args.orphans)
+        rows = [
+            {"id": c["Id"][:12], "name": (c.get("Names") or ["?"])[0].lstrip("/"),
+             "run_id": (c.get("Labels") or {}).get("swerl.run", ""), "status": c.get("Status", "")}
+            for c in found
+        ]  # fmt: skip
+        text = "\n".join(f"{r['id']}  {r['name']:40s} {r['run_id']:32s} {r['status']}" for r in rows)
+        _emit(args, {"would_remove": rows}, f"{text}\n{len(rows)} container(s) would be removed".lstrip())
+        return EXIT_OK
     n = reap(args.run_id, orphans_only=args.orphans)
     _emit(args, {"removed": n}, f"removed {n} sandbox container(s)")
     return EXIT_OK
@@ -241,12 +276,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from swerl.sandbox.docker import DockerSandbox
     from swerl.tasks.images import build_base_image
 
+    say = (lambda _line: None) if args.json else print
     image = build_base_image()
     t0 = time.monotonic()
+    data: dict = {"image": image, "commands": []}
     with DockerSandbox(image, SandboxConfig(timeout=10)) as sb:
-        started = time.monotonic() - t0
-        print(
-            f"sandbox {sb.short_id} of {image} started in {started * 1000:.0f} ms (no network, caps dropped)"
+        data |= {"sandbox": sb.short_id, "start_ms": (time.monotonic() - t0) * 1000}
+        say(
+            f"sandbox {sb.short_id} of {image} started in {data['start_ms']:.0f} ms (no network, caps dropped)"
         )
         for cmd in (
             "python3 -c 'import sys; print(sys.version.split()[0])'",
@@ -254,10 +291,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "ls /sys/class/net",
         ):
             r = sb.execute(cmd)
-            print(f"$ {cmd}\n{r.output.rstrip()}   [rc={r.returncode}, {r.duration * 1000:.1f} ms]")
-        times = [sb.execute("true").duration for _ in range(200)]
-        times.sort()
-        print(f"200 commands: p50 {times[100] * 1000:.2f} ms per command")
+            data["commands"].append(
+                {"command": cmd, "output": r.output, "returncode": r.returncode, "ms": r.duration * 1000}
+            )
+            say(f"$ {cmd}\n{r.output.rstrip()}   [rc={r.returncode}, {r.duration * 1000:.1f} ms]")
+        times = sorted(sb.execute("true").duration for _ in range(200))
+        data["p50_ms_per_command"] = times[100] * 1000
+        say(f"200 commands: p50 {data['p50_ms_per_command']:.2f} ms per command")
+    if args.json:
+        print(json.dumps(data, indent=2))
     return EXIT_OK
 
 
@@ -265,6 +307,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swerl", description="RL on software-engineering tasks.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    parser.add_argument("--version", action="version", version=f"swerl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(
@@ -293,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
         "config", nargs="?", default="default", help="YAML file or a name in configs/ (default: default)"
     )
     p.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. rollout.attempts=4")
+    p.add_argument(
+        "--resume-anyway",
+        action="store_true",
+        help="resume a run in OUTPUT_DIR although its config changed (the old config is kept beside it)",
+    )
 
     p = add(sub, "eval", cmd_eval, "grade a SWE-bench predictions file; write the harness's report")
     p.add_argument("predictions", help="JSON list or JSONL of {instance_id, model_name_or_path, model_patch}")
@@ -352,9 +400,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a run directory holding episodes.jsonl (or the file itself)")
     p.add_argument("--output-dir", default=None, help="where the PNGs go (default: RUN_DIR)")
 
-    p = add(sub, "reap", cmd_reap, "remove leftover swerl sandboxes")
-    p.add_argument("--run-id", default=None, help="only this run's sandboxes")
-    p.add_argument("--orphans", action="store_true", help="only those whose creating process died")
+    p = add(sub, "reap", cmd_reap, "remove leftover swerl sandboxes: one run's (--run-id), orphans or --all")
+    p.add_argument("--run-id", default=None, help="this run's sandboxes (a run prints its id at start)")
+    p.add_argument("--orphans", action="store_true", help="those whose creating process died")
+    p.add_argument("--all", action="store_true", help="every swerl container on the daemon, others' too")
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
 
     add(sub, "demo", cmd_demo, "start a sandbox and run a few commands")
 
@@ -369,9 +419,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)parser of the command ``argv`` names, so its errors come with its own usage."""
+    for token in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and token in subs[0].choices:
+            parser = subs[0].choices[token]
+    return parser
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """argparse, but ``key=value`` overrides may also follow flags (``submit CONFIG --wait k=v``)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    overrides = [x for x in extra if "=" in x and not x.startswith("-")]
+    if extra and (overrides != extra or not isinstance(getattr(args, "overrides", None), list)):
+        _command_parser(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")
+    if overrides:
+        args.overrides.extend(overrides)
+    return args
+
+
+class _RayNotices(logging.Filter):
+    """Drops Ray's notice that a new local Ray enabled token authentication, printed on every start.
+
+    Only that one record of that one logger: the authentication stays on, and Ray's warning
+    that authentication is *disabled* still shows.
+    """
+
+    LOGGER = "ray._private.authentication.authentication_token_setup"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    logging.getLogger(_RayNotices.LOGGER).addFilter(_RayNotices())
     try:
         return args.func(args)
     except ConfigError as e:
@@ -381,7 +467,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"swerl: infrastructure error: {e}", file=sys.stderr)
         return EXIT_INFRA
     except KeyboardInterrupt:
-        return 130
+        print("swerl: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except BrokenPipeError:  # `swerl ... --json | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

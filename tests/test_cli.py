@@ -118,7 +118,7 @@ def test_reap_reports_what_it_removed(base_image, docker_client):
 
 def test_infra_error_has_its_own_exit_code(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
-    assert main(["reap"]) == 3
+    assert main(["reap", "--all"]) == 3
     assert "cannot reach the Docker daemon" in capsys.readouterr().err
 
 

@@ -1,26 +1,52 @@
 """Run a rollout config end to end: the body of `swerl rollout CONFIG`.
 
-Writes ``episodes.jsonl`` (durable, resumable) and ``summary.json`` to the run's
-output directory. Also the entry point that Slurm and KubeRay jobs run.
+Writes ``episodes.jsonl`` (durable, resumable), ``config.yaml`` and ``summary.json``
+to the run's output directory. Also the entry point that Slurm and KubeRay jobs run.
+
+Everything that can be checked is checked before a file is written or Ray starts:
+the config and its task ids, that a rerun resumes the same config (a changed one
+would mix two runs in one file), and that this machine can run the sandboxes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
+import signal
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
 
 from swerl.config import RolloutConfig
 from swerl.episode import Episode, JsonlSink
+from swerl.errors import BackendUnavailable, ConfigError, SwerlError
 from swerl.policies.registry import make_policy
+from swerl.progress import RunProgress
 from swerl.rollout.runner import RolloutRunner
 from swerl.sandbox.base import SandboxConfig
 from swerl.tasks.instance import load_instances, select
+
+RESUMABLE_KEYS = (
+    "name", "output_dir", "task_ids", "ray", "slurm", "rollout.attempts", "rollout.num_actors",
+    "rollout.envs_per_actor", "rollout.max_in_flight", "rollout.actor_cpus", "rollout.placement",
+    "rollout.max_retries", "rollout.group",
+)  # fmt: skip
+"""Keys a resumed run may change: where and how fast it runs, and how much of the work to do,
+not what an episode is (the policy, tasks, limits, sandbox and grading are)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal (SIGINT or SIGTERM); what was done is saved."""
+
+    def __init__(self, signum: int = signal.SIGINT, message: str = "") -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.message = message
 
 
 def build_runner(cfg: RolloutConfig) -> RolloutRunner:
@@ -49,6 +75,178 @@ def build_runner(cfg: RolloutConfig) -> RolloutRunner:
         ray_address=cfg.ray.address,
         run_id=f"{cfg.name}-{int(time.time())}",
     )
+
+
+# ------------------------------------------------------------------ resume
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        out |= _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    return out
+
+
+def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: old -> new`` for each key whose change would mix two runs' episodes in one file."""
+    a, b = _flatten(old), _flatten(new)
+    changes = []
+    for key in sorted(set(a) | set(b)):
+        if any(key == k or key.startswith(f"{k}.") for k in RESUMABLE_KEYS):
+            continue
+        if a.get(key, "<unset>") != b.get(key, "<unset>"):
+            changes.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
+    return changes
+
+
+def resume_changes(cfg: RolloutConfig) -> list[str]:
+    """How ``cfg`` differs from the config of the run already in its output directory ([] if none)."""
+    path = cfg.out / "config.yaml"
+    if not (cfg.out / "episodes.jsonl").exists() or not path.is_file():
+        return []
+    try:
+        old = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: the previous run's config is not valid YAML: {e}") from None
+    return changed_keys(old, cfg.model_dump(mode="json"))
+
+
+def _latest(cfg: RolloutConfig, runner: RolloutRunner) -> dict[tuple[str, int], Episode]:
+    """The run's episodes in its file, the last one of each (task, attempt): a rerun redoes infra errors."""
+    path = cfg.out / "episodes.jsonl"
+    if not path.exists():
+        return {}
+    return {
+        e.key: e for e in JsonlSink.read(path) if e.task_id in runner.by_id and e.attempt < runner.attempts
+    }
+
+
+def _local_ray(cfg: RolloutConfig) -> bool:
+    return not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``ray job stop``, ``scancel``, ``kill``) stops the run like Ctrl-C: saved, sandboxes closed.
+
+    ``reinstall_sigterm()`` inside it takes the signal back from whoever took it (``ray.init``
+    installs its own handler); the handler from before is restored on the way out.
+    """
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def reinstall_sigterm() -> None:
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGTERM, _raise_interrupted)
+
+
+def start_ray(runner: RolloutRunner) -> None:
+    """Start Ray and the actors; Ray failing to come up is infrastructure (exit 3), not a traceback."""
+    try:
+        runner.start()
+    except SwerlError:
+        raise
+    except Exception as e:  # ray.init raises a bare Exception when its node times out starting
+        raise BackendUnavailable(f"Ray did not start: {e}") from e
+
+
+# --------------------------------------------------------------------- run
+def run_config(
+    cfg: RolloutConfig,
+    progress: RunProgress | None = None,
+    *,
+    resume_anyway: bool = False,
+    resume_hint: str = "",
+    source: str = "",
+) -> dict[str, Any]:
+    """Validate, preflight, then run ``cfg``; returns the summary (also written to summary.json).
+
+    A ConfigError (exit 2) or InfraError (exit 3) raised before Ray starts leaves no file behind.
+    ``resume_hint``: the command that resumes this run, said when it is interrupted;
+    ``source``: which config file is in use, said at the start.
+    """
+    progress = progress or RunProgress()
+    out = cfg.out
+    runner = build_runner(cfg)  # bad task ids, policy options: ConfigError before anything is written
+    changes = resume_changes(cfg)
+    if changes and not resume_anyway:
+        raise ConfigError(
+            f"{out} holds a run made with another config; resuming would mix the two. Changed: "
+            + "; ".join(changes)
+            + ". Use another name or output_dir, or pass --resume-anyway"
+        )
+    if _local_ray(cfg):
+        from swerl.preflight import preflight
+
+        preflight(cfg.backend.name, cfg.backend.options, runner.tasks, cfg.tasks)
+    out.mkdir(parents=True, exist_ok=True)
+    if changes:  # resuming anyway: keep the config the earlier episodes were made with
+        (out / "config.yaml").rename(out / f"config.before-{int(time.time())}.yaml")
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+    progress.message(f"run {runner.run_id}: {source + ', ' if source else ''}writing to {out}/")
+    previous = {k: e for k, e in _latest(cfg, runner).items() if not e.infra_error}
+    total = len(runner.tasks) * runner.attempts
+    if previous:
+        progress.message(f"resuming: {len(previous)} of {total} episode(s) done")
+    t0 = time.monotonic()
+    new: list[Episode] = []
+    interrupted: Interrupted | None = None
+    with sigterm_as_interrupt():
+        try:
+            import ray
+
+            if not ray.is_initialized():
+                progress.message("starting Ray...")
+            t_ray = time.monotonic()
+            try:
+                start_ray(runner)
+                progress.message(
+                    f"Ray and {runner.num_actors} actor(s) ready in {time.monotonic() - t_ray:.1f} s"
+                )
+                reinstall_sigterm()  # ray.init took SIGTERM over
+                progress.start(
+                    total, len(previous), [e.reward for e in previous.values() if e.reward is not None]
+                )
+                for item in runner.stream():
+                    for ep in item if isinstance(item, list) else [item]:
+                        new.append(ep)
+                        progress.episode(ep)
+            finally:
+                runner.close()  # also when stopped while starting: no actor or sandbox is left behind
+        except KeyboardInterrupt as e:
+            interrupted = e if isinstance(e, Interrupted) else Interrupted(signal.SIGINT)
+        finally:
+            progress.stop()
+    summary = summarize(list(_latest(cfg, runner).values()), time.monotonic() - t0) | {
+        "run_id": runner.run_id,
+        "new_episodes": len(new),
+        "output_dir": str(out),
+        "interrupted": interrupted is not None,
+        **cluster_summary(runner, new),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if interrupted is not None:
+        name = signal.Signals(interrupted.signum).name
+        done = len(previous) + len([e for e in new if not e.infra_error])
+        interrupted.message = (
+            f"interrupted by {name}: {done} of {total} episode(s) saved in {out}/episodes.jsonl, "
+            f"sandboxes removed. Resume with: {resume_hint or 'the same command (same config and output_dir)'}"
+        )
+        raise interrupted
+    return summary
 
 
 def summarize(episodes: list[Episode], wall: float) -> dict[str, Any]:
@@ -80,36 +278,6 @@ def cluster_summary(runner: RolloutRunner, new: list[Episode]) -> dict[str, Any]
     }
 
 
-def run_config(cfg: RolloutConfig, progress: Callable[[str], None] = print) -> dict[str, Any]:
-    out = cfg.out
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    runner = build_runner(cfg)
-    total = len(runner.tasks) * runner.attempts
-    t0 = time.monotonic()
-    new: list[Episode] = []
-    with runner:
-        for item in runner.stream():
-            for ep in item if isinstance(item, list) else [item]:
-                new.append(ep)
-                scored = [e.reward for e in new if e.reward is not None]
-                mean = sum(scored) / len(scored) if scored else float("nan")
-                errors = sum(e.infra_error for e in new)
-                reward = "None" if ep.reward is None else f"{ep.reward:.1f}"
-                progress(
-                    f"[{len(new):>3}/{total}] {ep.task_id} #{ep.attempt}: {ep.status} reward={reward} "
-                    f"({ep.timings.get('total', 0):.1f} s) | mean reward {mean:.2f}, infra errors {errors}"
-                )
-    everything = list(JsonlSink.read(out / "episodes.jsonl"))
-    summary = summarize(everything, time.monotonic() - t0) | {
-        "new_episodes": len(new),
-        "output_dir": str(out),
-        **cluster_summary(runner, new),
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
-
-
 def format_summary(summary: dict[str, Any]) -> str:
     lines = [f"{'task':32s} mean reward", f"{'-' * 32} -----------"]
     lines += [f"{k:32s} {v:.2f}" for k, v in summary["per_task"].items()]
@@ -119,7 +287,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"episodes {summary['episodes']} ({summary['new_episodes']} new)   statuses {summary['statuses']}",
         f"mean reward {'n/a' if mean is None else f'{mean:.3f}'}   resolved {summary['resolved']}   "
         f"infra errors {summary['infra_errors']}   wall {summary['wall_seconds']:.1f} s",
-        f"written to {summary['output_dir']}/episodes.jsonl and summary.json",
+        f"run {summary.get('run_id', '?')} written to {summary['output_dir']}/episodes.jsonl and summary.json",
     ]
     for f in summary.get("node_failures", []):
         lines.insert(-1, f"node {f['node']} died: {f['episodes_retried']} episode(s) retried on other nodes")

@@ -422,7 +422,8 @@ class RolloutRunner:
     def _episode_done(self, run: Running, ep: Episode, queue: deque[Work], finished: list[Episode]) -> None:
         self._free.append(run.slot)
         ep.retries = run.work.retries
-        if ep.infra_error and run.work.retries < self.max_retries:
+        if ep.infra_error and run.work.retries < self.max_retries and "ImageMissing:" not in ep.error:
+            # (a missing image stays missing: retrying only repeats the error)
             self._retry(run.work, queue, run.slot.actor_id)
             return
         self._work_of[ep.key] = run.work

@@ -297,19 +297,23 @@ def reap(
     Returns how many were removed.
     """
     client = client or connect()
+    found = reapable(run_id, client, orphans_only)
+    for c in found:
+        _remove_container(client, c["Id"])
+    return len(found)
+
+
+def reapable(
+    run_id: str | None = None, client: docker.DockerClient | None = None, orphans_only: bool = False
+) -> list[dict[str, Any]]:
+    """The containers ``reap`` would remove (the daemon's listing: Id, Names, Labels, ...)."""
+    client = client or connect()
     filters = [f"{OWNER_LABEL}=swerl"]
     with daemon_call("list containers to reap"):
         found = client.api.containers(
             all=True, filters={"label": [*filters, *([f"{RUN_LABEL}={run_id}"] if run_id else [])]}
         )
-    removed = 0
-    for c in found:
-        labels = c.get("Labels") or {}
-        if orphans_only and not _creator_dead(labels):
-            continue
-        _remove_container(client, c["Id"])
-        removed += 1
-    return removed
+    return [c for c in found if not orphans_only or _creator_dead(c.get("Labels") or {})]
 
 
 def _creator_dead(labels: dict[str, str]) -> bool:

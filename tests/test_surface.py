@@ -1,0 +1,279 @@
+"""The user's surface, tried as a new user would: `python -m swerl`, resume, interrupt, fail.
+
+Every test runs the real command line in a subprocess (``python -m swerl``, this
+checkout on PYTHONPATH) against the real Docker daemon and, where a run starts,
+a real local Ray.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from swerl.sandbox.base import RUN_LABEL
+from swerl.tasks.instance import load_instances
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = {i.instance_id: i for i in load_instances("swerl-mini")}
+FOUR = ["swerl__textkit-1", "swerl__intervals-2", "swerl__textkit-2", "swerl__tinyconf-1"]
+
+
+def env(**extra: str) -> dict[str, str]:
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    e.pop("RAY_ADDRESS", None)
+    return e | extra
+
+
+def swerl(*args: str, timeout: float = 300, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "swerl", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env(**extra),
+    )
+
+
+def leftovers(docker_client, run_id: str) -> list:
+    """swerl containers of a run (its sandboxes are labelled with actor ids RUN_ID-aN)."""
+    found = docker_client.containers.list(all=True, filters={"label": "swerl.owner=swerl"})
+    return [c for c in found if c.labels.get(RUN_LABEL, "").startswith(f"{run_id}-")]
+
+
+# ------------------------------------------------------------- entry points
+def test_python_m_swerl_and_version():
+    r = swerl("--version")
+    assert r.returncode == 0 and r.stdout.strip() == "swerl 0.1.0", r.stderr
+    r = swerl("--help")
+    assert r.returncode == 0 and "usage: swerl" in r.stdout
+
+
+def test_json_into_head_ends_without_a_traceback(tmp_path):
+    # More output than a pipe holds, so the writer really meets a closed pipe.
+    base = SUITE["swerl__textkit-1"].to_dict()
+    many = tmp_path / "many.jsonl"
+    many.write_text(
+        "".join(json.dumps(base | {"instance_id": f"swerl__textkit-{n}"}) + "\n" for n in range(3000))
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-m", "swerl", "tasks", "list", str(many), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(),
+    )  # fmt: skip
+    assert p.stdout.readline().strip() == b"["
+    p.stdout.close()  # what `head -1` does once it has its line
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 128 + signal.SIGPIPE
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_overrides_may_follow_flags():
+    # Before, `submit CONFIG --wait slurm.nodes=...` was "unrecognized arguments" under the top-level usage.
+    r = swerl("cluster", "slurm", "submit", "default", "--wait", "slurm.nodes=lots")
+    assert r.returncode == 2 and "slurm.nodes" in r.stderr and "unrecognized" not in r.stderr, r.stderr
+    r = swerl("rollout", "default", "--json", "task_ids=[nope__x-1]")
+    assert r.returncode == 2 and "nope__x-1" in r.stderr, r.stderr
+    r = swerl("rollout", "default", "--json", "not-an-override")
+    assert r.returncode == 2 and "usage: swerl rollout" in r.stderr and "not-an-override" in r.stderr
+
+
+def test_reap_needs_a_scope_and_dry_run_removes_nothing(base_image, docker_client):
+    from swerl.sandbox.base import SandboxConfig
+    from swerl.sandbox.docker import DockerSandbox
+
+    r = swerl("reap")
+    assert r.returncode == 2 and all(f in r.stderr for f in ("--run-id", "--orphans", "--all")), r.stderr
+    sb = DockerSandbox(base_image, SandboxConfig(run_id="test-surface-reap")).start()
+    try:
+        r = swerl("reap", "--run-id", "test-surface-reap", "--dry-run", "--json")
+        assert r.returncode == 0, r.stderr
+        (row,) = json.loads(r.stdout)["would_remove"]
+        assert row["run_id"] == "test-surface-reap"
+        assert sb.execute("echo alive").output == "alive\n"  # not removed
+        r = swerl("reap", "--run-id", "test-surface-reap", "--json")
+        assert r.returncode == 0 and json.loads(r.stdout) == {"removed": 1}
+    finally:
+        sb.close()
+
+
+def test_demo_json_is_json(base_image):
+    r = swerl("demo", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["image"] == base_image and "git version" in data["commands"][1]["output"]
+    assert data["p50_ms_per_command"] > 0
+
+
+def test_tasks_validate_json_is_json(task_images, tmp_path):
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(SUITE["swerl__textkit-1"].to_dict()) + "\n")
+    r = swerl("tasks", "validate", str(one), "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (row,) = json.loads(r.stdout)
+    assert row["instance_id"] == "swerl__textkit-1" and row["gold"] == "resolved" and row["ok"]
+
+
+# ------------------------------------------------- fail before Ray, fast
+def test_bad_task_id_writes_nothing(tmp_path):
+    out = tmp_path / "bad"
+    r = swerl("rollout", "default", f"output_dir={out}", "task_ids=[swerl__textkit-1,nope__x-9]")
+    assert r.returncode == 2 and "nope__x-9" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_missing_image_is_exit_3_before_ray(docker_client, tmp_path):
+    tasks = tmp_path / "missing.jsonl"
+    tasks.write_text(
+        json.dumps(SUITE["swerl__textkit-1"].to_dict() | {"image": "swerl-test-missing:none"}) + "\n"
+    )
+    out = tmp_path / "run"
+    r = swerl("rollout", "default", f"output_dir={out}", f"tasks={tasks}")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "swerl-test-missing:none" in r.stderr and f"build-images {tasks}" in r.stderr
+    assert "starting Ray" not in r.stdout and not out.exists()
+
+
+def test_unreachable_docker_is_exit_3(tmp_path):
+    out = tmp_path / "run"
+    r = swerl("rollout", "default", f"output_dir={out}", DOCKER_HOST=f"unix://{tmp_path}/none.sock")
+    assert r.returncode == 3 and "cannot reach the Docker daemon" in r.stderr, r.stderr
+    assert "starting Ray" not in r.stdout and not out.exists()
+
+
+# ------------------------------------------ interrupt, refuse, resume
+def start_rollout(out: Path, *extra: str) -> subprocess.Popen:
+    args = ["rollout", "default", f"output_dir={out}", f"task_ids=[{','.join(FOUR)}]",
+            "rollout.num_actors=1", "rollout.envs_per_actor=1", *extra]  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "swerl", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+    )  # fmt: skip
+
+
+def interrupt_after_first_episode(p: subprocess.Popen, signum: int) -> tuple[list[str], str, int]:
+    lines = []
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith("[1/4]"):
+                p.send_signal(signum)
+                break
+        rest, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return lines + rest.splitlines(keepends=True), err, p.returncode
+
+
+@pytest.fixture(scope="module")
+def interrupted(task_images, tmp_path_factory):
+    """A rollout stopped by SIGINT after its first episode: (out, stdout, stderr, returncode)."""
+    out = tmp_path_factory.mktemp("surface") / "run"
+    lines, err, rc = interrupt_after_first_episode(start_rollout(out), signal.SIGINT)
+    return out, "".join(lines), err, rc
+
+
+def test_sigint_saves_says_how_to_resume_and_closes_sandboxes(interrupted, docker_client):
+    out, stdout, err, rc = interrupted
+    assert rc == 130, stdout + err
+    run_id = re.search(r"^run (\S+):", stdout, re.M).group(1)
+    assert "starting Ray..." in stdout and "config: " in stdout
+    assert "Token authentication is enabled" not in err  # Ray's notice on every start, filtered
+    assert re.search(r"\[1/4\] swerl__textkit-1 #0: resolved reward=1\.0 .*elapsed \d+:\d\d, ETA ", stdout)
+    assert (
+        "interrupted by SIGINT" in err and "saved in" in err and "Resume with: swerl rollout default" in err
+    )
+    saved = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(saved) >= 1 and all(e["status"] == "resolved" for e in saved)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run_id"] == run_id and summary["interrupted"] is True
+    assert leftovers(docker_client, run_id) == []
+
+
+def test_changed_config_refuses_then_resumes_anyway(interrupted, docker_client):
+    out, _, _, _ = interrupted
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    args = ["rollout", "default", f"output_dir={out}", f"task_ids=[{','.join(FOUR)}]", "env.max_steps=40",
+            "backend.sandbox.memory=3g"]  # fmt: skip
+    r = swerl(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "env.max_steps: 50 -> 40" in r.stderr and "backend.sandbox.memory: '4g' -> '3g'" in r.stderr
+    assert "--resume-anyway" in r.stderr and "starting Ray" not in r.stdout
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written
+
+    done = len((out / "episodes.jsonl").read_text().splitlines())
+    r = swerl(*args, "--resume-anyway")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"resuming: {done} of 4 episode(s) done" in r.stdout
+    assert f"[{done + 1}/4]" in r.stdout and "[1/4]" not in r.stdout  # the counter goes on
+    (kept,) = out.glob("config.before-*.yaml")
+    assert kept.read_bytes() == before["config.yaml"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 4 and summary["new_episodes"] == 4 - done and not summary["interrupted"]
+    assert leftovers(docker_client, summary["run_id"]) == []
+
+
+def test_sigterm_is_an_interrupt_too(task_images, tmp_path, docker_client):
+    out = tmp_path / "run"
+    lines, err, rc = interrupt_after_first_episode(start_rollout(out), signal.SIGTERM)
+    assert rc == 128 + signal.SIGTERM, "".join(lines) + err
+    assert "interrupted by SIGTERM" in err and "Resume with:" in err
+    run_id = json.loads((out / "summary.json").read_text())["run_id"]
+    assert leftovers(docker_client, run_id) == []
+
+
+# ------------------------------------------------ a missing image is final
+def test_missing_image_is_never_retried(task_images, ray_session):
+    """Past the preflight (an image removed mid-run, a remote cluster): one attempt, the cause shown."""
+    from swerl.episode import Episode
+    from swerl.grading import grade
+    from swerl.policies.registry import make_policy
+    from swerl.progress import RunProgress
+    from swerl.rollout.runner import RolloutRunner
+    from swerl.tasks.instance import Instance
+
+    task = Instance.from_dict(SUITE["swerl__textkit-1"].to_dict() | {"image": "swerl-test-missing:none"})
+    g = grade(task, task.patch, retries=2)  # eval's path
+    assert g.status.value == "infra_error" and g.attempts == 1 and "ImageMissing" in g.error
+
+    with RolloutRunner([task], make_policy("gold", [task]), num_actors=1, max_retries=2) as runner:
+        (ep,) = runner.run()
+    assert ep.infra_error and ep.retries == 0 and runner.stats["retried"] == 0
+    lines: list[str] = []
+    progress = RunProgress(write=lines.append, live=False)
+    progress.start(1)
+    progress.episode(ep)
+    assert "infra_error" in lines[0] and "ImageMissing" in lines[0] and "swerl-test-missing:none" in lines[0]
+    assert isinstance(ep, Episode)
+
+
+def test_live_display_on_a_terminal_shows_elapsed_eta_and_mean():
+    from swerl.episode import Episode
+    from swerl.progress import RunProgress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Tty()
+    progress = RunProgress(screen)
+    assert progress.live
+    progress.start(3, done=1, rewards=[1.0])
+    progress.episode(Episode("t-1", 0, status="resolved", reward=1.0, timings={"total": 1.5}))
+    progress.episode(
+        Episode("t-2", 0, status="infra_error", error="SandboxError: it died", timings={"total": 0.2})
+    )
+    time.sleep(0.1)
+    progress.stop()
+    text = screen.getvalue()
+    assert "[2/3] t-1 #0: resolved reward=1.0" in text and "[3/3] t-2 #0: infra_error" in text
+    assert "SandboxError: it died" in text and "3/3" in text and "infra errors 1" in text
+    assert "mean reward 1.00" in text
