@@ -16,6 +16,7 @@ import socket as pysocket
 import struct
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import docker
@@ -318,6 +319,7 @@ def reap(
     run_id: str | None = None,
     client: docker.DockerClient | None = None,
     orphans_only: bool = False,
+    workers: int = 8,
 ) -> int:
     """Remove swerl containers: of one run, or all of them, or those whose creator died.
 
@@ -329,14 +331,13 @@ def reap(
         found = client.api.containers(
             all=True, filters={"label": [*filters, *([f"{RUN_LABEL}={run_id}"] if run_id else [])]}
         )
-    removed = 0
-    for c in found:
-        labels = c.get("Labels") or {}
-        if orphans_only and not _creator_dead(labels):
-            continue
-        _remove_container(client, c["Id"])
-        removed += 1
-    return removed
+    doomed = [c["Id"] for c in found if not orphans_only or _creator_dead(c.get("Labels") or {})]
+    # A few removals at once: one at a time, a thousand sandboxes take minutes to reap.
+    with ThreadPoolExecutor(
+        max_workers=max(1, min(workers, len(doomed))), thread_name_prefix="swerl-reap"
+    ) as ex:
+        list(ex.map(functools.partial(_remove_container, client), doomed))
+    return len(doomed)
 
 
 def _creator_dead(labels: dict[str, str]) -> bool:
