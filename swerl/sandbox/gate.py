@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import resource
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,8 +45,37 @@ def start_slot(width: int, scope: str, timeout: float, what: str = "start a sand
     if width <= 0:
         yield
         return
-    root = _gate_dir(scope)
     deadline = time.monotonic() + max(0.0, timeout)
+    local = _local_gate(scope, width)  # threads of one process queue here, not on the lock files
+    if not local.acquire(timeout=max(0.0, timeout)):
+        raise _busy(width, scope, timeout, what)
+    try:
+        fd = _host_slot(_gate_dir(scope), width, deadline)
+        if fd is None:
+            raise _busy(width, scope, timeout, what)
+        try:
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor drops the lock
+    finally:
+        local.release()
+
+
+@functools.lru_cache(maxsize=64)
+def _local_gate(scope: str, width: int) -> threading.BoundedSemaphore:
+    return threading.BoundedSemaphore(width)
+
+
+def _busy(width: int, scope: str, timeout: float, what: str) -> SandboxError:
+    return SandboxError(
+        f"could not {what}: all {width} start slots ({scope!r}) stayed busy for {timeout:.0f} s; "
+        "the backend is overloaded (raise SandboxConfig.start_timeout or lower the number "
+        "of envs resetting at once)"
+    )
+
+
+def _host_slot(root: Path, width: int, deadline: float) -> int | None:
+    """The descriptor of one locked slot file of ``root``, or None past ``deadline``."""
     first = os.getpid() % width  # spread processes over the slots so they do not all try slot 0
     delay = _POLL
     while True:
@@ -55,17 +86,9 @@ def start_slot(width: int, scope: str, timeout: float, what: str = "start a sand
             except BlockingIOError:
                 os.close(fd)
                 continue
-            try:
-                yield
-            finally:
-                os.close(fd)  # closing the descriptor drops the lock
-            return
+            return fd
         if time.monotonic() >= deadline:
-            raise SandboxError(
-                f"could not {what}: all {width} start slots ({scope!r}) stayed busy for {timeout:.0f} s; "
-                "the backend is overloaded (raise SandboxConfig.start_timeout or lower the number "
-                "of envs resetting at once)"
-            )
+            return None
         time.sleep(delay)
         delay = min(delay * 2, _MAX_POLL)
 
