@@ -75,3 +75,22 @@ def test_container_killed_from_outside_is_an_infra_error(base_image, sandbox_con
         with pytest.raises(SandboxError):
             sb.execute("sleep 5")
         assert not sb.alive
+
+
+def test_sandboxes_share_one_client_and_are_reaped_concurrently(base_image, docker_client):
+    """Many sandboxes in one process share a connection pool; reap removes a run's sandboxes
+    several at a time and leaves none behind."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cfg = SandboxConfig(run_id="test-reaper-many", start_gate=2)
+    with ThreadPoolExecutor(4) as ex:
+        boxes = list(ex.map(lambda _: DockerSandbox(base_image, cfg).start(), range(4)))
+    try:
+        assert len({id(sb._client) for sb in boxes}) == 1
+        assert [sb.execute(f"echo {i}").output for i, sb in enumerate(boxes)] == [f"{i}\n" for i in range(4)]
+        assert reap("test-reaper-many", client=docker_client, workers=4) == 4
+        filters = {"label": [f"{RUN_LABEL}=test-reaper-many"]}
+        assert docker_client.api.containers(all=True, filters=filters) == []
+    finally:
+        for sb in boxes:
+            sb.close()

@@ -122,6 +122,11 @@ class SandboxConfig:
     start_timeout: float = 60.0
     lifetime: float = 6 * 3600.0
     """Seconds the sandbox may live at most: it must outlive any episode."""
+    start_gate: int = 8
+    """Sandboxes starting at once on this host, over every process (0: no gate). Past a few
+    in flight dockerd only gets slower per start; see ``swerl.sandbox.gate``."""
+    start_gate_scope: str = ""
+    """Which gate: sandboxes of one scope share its slots (empty: one per backend daemon)."""
     run_id: str = field(default_factory=default_run_id)
     labels: dict[str, str] = field(default_factory=dict)
 

@@ -9,12 +9,14 @@ its own even before the reaper removes it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket as pysocket
 import struct
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import docker
@@ -31,16 +33,21 @@ from swerl.sandbox.base import (
     ExecResult,
     SandboxConfig,
 )
+from swerl.sandbox.gate import raise_fd_limit, start_slot
 from swerl.sandbox.shell import INIT_SCRIPT, ShellChannel, server_command
 
 log = logging.getLogger(__name__)
 
 
-def connect(timeout: float = 120.0) -> docker.DockerClient:
+def _where() -> str:
+    return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+
+def connect(timeout: float = 120.0, pool_size: int = 10) -> docker.DockerClient:
     """A docker client, or BackendUnavailable saying how to fix it."""
-    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    where = _where()
     try:
-        client = docker.from_env(version="auto", timeout=int(timeout))
+        client = docker.from_env(version="auto", timeout=int(timeout), max_pool_size=pool_size)
         client.ping()
     except docker.errors.DockerException as e:
         raise BackendUnavailable(
@@ -49,6 +56,18 @@ def connect(timeout: float = 120.0) -> docker.DockerClient:
             "or set DOCKER_HOST."
         ) from e
     return client
+
+
+@functools.lru_cache(maxsize=8)
+def _shared(where: str, pid: int) -> docker.DockerClient:
+    raise_fd_limit()
+    return connect(pool_size=64)
+
+
+def shared_client() -> docker.DockerClient:
+    """The one client of this process for the current daemon: every sandbox shares its
+    connection pool (one client per sandbox cost an idle connection and a ping each)."""
+    return _shared(_where(), os.getpid())
 
 
 DAEMON_UNREACHABLE = (requests.exceptions.ConnectionError, docker.errors.DockerException, ConnectionError)
@@ -152,13 +171,40 @@ class DockerSandbox(ChannelSandbox):
         self._refuse_if_closed()
         if self.container_id:
             return self
-        client = self._client = self._client or connect()
-        with daemon_call(f"check image {self.image}"):
-            require_image(client, self.image)
+        client = self._client = self._client or shared_client()
         cfg = self.config
+        with start_slot(cfg.start_gate, cfg.start_gate_scope or f"docker {_where()}", cfg.start_timeout):
+            self._create(client)
+            try:
+                with daemon_call(f"start container {self.short_id}"):
+                    client.api.start(self.container_id)
+                self._open_channel()
+                return self
+            except docker.errors.APIError as e:
+                self.close()
+                raise SandboxError(f"cannot start container {self.short_id}: {e}") from e
+            except BaseException:
+                self.close()
+                raise
+
+    def _create(self, client: docker.DockerClient) -> None:
+        """Create the container (low-level API: the high-level one inspects it again after)."""
+        cfg = self.config
+        api = client.api
+        host_config = api.create_host_config(
+            network_mode="bridge" if cfg.network else "none",
+            mem_limit=cfg.memory,
+            memswap_limit=cfg.memory,
+            nano_cpus=int(cfg.cpus * 1e9),
+            pids_limit=cfg.pids_limit,
+            cap_drop=["ALL"],
+            cap_add=list(cfg.cap_add),
+            security_opt=["no-new-privileges"],
+            privileged=False,
+        )
         try:
             with daemon_call(f"create a container of {self.image}"):
-                container = client.containers.create(
+                created = api.create_container(
                     self.image,
                     command=["bash", "-c", INIT_SCRIPT, "swerl-init", str(int(cfg.lifetime))],
                     entrypoint=[],
@@ -167,35 +213,17 @@ class DockerSandbox(ChannelSandbox):
                     environment=dict(cfg.env),
                     working_dir=cfg.workdir,
                     user=cfg.user,
-                    network_mode="bridge" if cfg.network else "none",
-                    mem_limit=cfg.memory,
-                    memswap_limit=cfg.memory,
-                    nano_cpus=int(cfg.cpus * 1e9),
-                    pids_limit=cfg.pids_limit,
-                    cap_drop=["ALL"],
-                    cap_add=list(cfg.cap_add),
-                    security_opt=["no-new-privileges"],
-                    privileged=False,
                     hostname="sandbox",
-                    detach=True,
+                    host_config=host_config,
                 )
         except docker.errors.ImageNotFound as e:
+            with daemon_call(f"check image {self.image}"):
+                require_image(client, self.image)  # raises ImageMissing saying how to build it
             raise ImageMissing(f"image {self.image!r} vanished: {e}") from e
         except docker.errors.APIError as e:
             raise SandboxError(f"cannot create a container of {self.image!r}: {e}") from e
-        self.container_id = container.id
-        self._own(_remove_container, client, container.id)
-        try:
-            with daemon_call(f"start container {self.short_id}"):
-                container.start()
-            self._open_channel()
-        except docker.errors.APIError as e:
-            self.close()
-            raise SandboxError(f"cannot start container {self.short_id}: {e}") from e
-        except BaseException:
-            self.close()
-            raise
-        return self
+        self.container_id = created["Id"]
+        self._own(_remove_container, client, self.container_id)
 
     def _open_channel(self) -> None:
         api = self._client.api
@@ -291,16 +319,20 @@ def reap(
     run_id: str | None = None,
     client: docker.DockerClient | None = None,
     orphans_only: bool = False,
+    workers: int = 8,
 ) -> int:
     """Remove swerl containers: of one run, or all of them, or those whose creator died.
 
     Returns how many were removed.
     """
     client = client or connect()
-    found = reapable(run_id, client, orphans_only)
-    for c in found:
-        _remove_container(client, c["Id"])
-    return len(found)
+    doomed = [c["Id"] for c in reapable(run_id, client, orphans_only)]
+    # A few removals at once: one at a time, a thousand sandboxes take minutes to reap.
+    with ThreadPoolExecutor(
+        max_workers=max(1, min(workers, len(doomed))), thread_name_prefix="swerl-reap"
+    ) as ex:
+        list(ex.map(functools.partial(_remove_container, client), doomed))
+    return len(doomed)
 
 
 def reapable(
