@@ -9,18 +9,79 @@ With ``--backend enroot`` swerl's Enroot sandbox is measured beside its Docker o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 
 from swerl.bench._backends import add_backend_arg, compared, reap_all
 from swerl.bench._stats import percentiles_ms, table
+from swerl.errors import SandboxError
 from swerl.sandbox import make_sandbox
 from swerl.sandbox.base import SandboxConfig
-from swerl.sandbox.docker import connect
+from swerl.sandbox.docker import _FrameReader, connect
 from swerl.sandbox.miniswe import MiniSweEnvironment
 from swerl.tasks.images import build_base_image
 
 COMMANDS = ["true", "echo hello", "ls /usr", "cat /etc/os-release", "pwd"]
+
+FLOOR_SCRIPT = r"""
+LC_ALL=C
+f=$(mktemp /tmp/.swerl-floor.XXXXXXXX) || exit 90
+printf 'READY\n'
+while IFS=' ' read -r cl n; do
+    IFS= read -r -N "$cl" cwd
+    IFS= read -r -N "$n" cmd
+    cd -- "$cwd"
+    bash -c "$cmd" >"$f" 2>&1 </dev/null
+    rc=$? out=
+    IFS= read -r -d '' out <"$f"
+    printf '%s %s\n%s' "$rc" "${#out}" "$out"
+done
+"""
+"""The floor: the least a bash server can do for one command over one persistent exec:
+one fresh ``bash -c``, in its cwd, stdout and stderr merged, exit code and output back
+(read by builtins, as swerl does for small outputs). No process group, timeout or cap."""
+
+
+class FloorChannel:
+    """The floor server over its own ``docker exec -i`` socket into a running swerl sandbox."""
+
+    def __init__(self, container_id: str) -> None:
+        api = connect().api
+        exec_id = api.exec_create(container_id, ["bash", "-c", FLOOR_SCRIPT], stdin=True, workdir="/")["Id"]
+        self._sock = api.exec_start(exec_id, socket=True)
+        raw = getattr(self._sock, "_sock", self._sock)
+        self._send = raw.sendall
+        self._reader = _FrameReader(raw)
+        self._buf = bytearray()
+        self._line()
+
+    def _line(self) -> bytes:
+        while (i := self._buf.find(b"\n")) < 0:
+            self._more()
+        line = bytes(self._buf[:i])
+        del self._buf[: i + 1]
+        return line
+
+    def _more(self) -> None:
+        chunk = self._reader.recv()
+        if not chunk:
+            raise SandboxError("the floor server's channel closed")
+        self._buf += chunk
+
+    def execute(self, command: str, cwd: str = "/") -> tuple[int, bytes]:
+        cmd, cwd_b = command.encode(), cwd.encode()
+        self._send(f"{len(cwd_b)} {len(cmd)}\n".encode() + cwd_b + cmd)
+        rc, n = (int(x) for x in self._line().split())
+        while len(self._buf) < n:
+            self._more()
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return rc, out
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
 
 
 def _time_calls(call, n: int) -> list[float]:
