@@ -15,8 +15,9 @@ Wire protocol (all lengths in bytes, fields separated by one space)::
 
 The server needs only bash and coreutils. Each command runs as a fresh
 ``bash -c`` in its own process group (``set -m``), with stdout and stderr
-merged into one file in the order they were written. The timeout kills the
-whole group with SIGKILL. Output beyond the cap is sent as its head and tail.
+merged into one file in the order they were written: one fork per command on
+bash >= 5.1 (the floor: the command's own ``bash -c``), two on older bash. The
+timeout kills the whole group with SIGKILL. Output beyond the cap is sent as its head and tail.
 Replies are length-framed, so any bytes (NUL, invalid UTF-8) pass unharmed.
 
 Commands on one channel are serialized: the server runs one at a time and the
