@@ -165,3 +165,31 @@ def test_sandboxes_carry_the_actor_run_id(ray_session, tasks, docker_client):
         (ep,) = r.run()
     assert ep.where["actor"] == "t-label-a1"
     assert containers_of(docker_client, "t-label-a1") == []
+
+
+def test_step_many_steps_each_env_in_one_call_and_isolates_a_failure(ray_session, tasks, docker_client):
+    from swerl.env import actions
+    from swerl.rollout.actor import EnvActor
+
+    actor = EnvActor.options(num_cpus=0.1, max_concurrency=6).remote(tasks[:1], 2, "t-stepmany", {})
+    try:
+        for slot in (0, 1):
+            ray.get(actor.reset.remote(slot, tasks[0].instance_id, slot))
+        (obs0, info0), (obs1, info1) = ray.get(
+            actor.step_many.remote(
+                [(0, actions.bash("echo env-zero"), None), (1, actions.bash("echo env-one"), {"k": 1})]
+            )
+        )
+        assert "env-zero" in obs0 and "env-one" in obs1 and not info0["done"] and not info1["done"]
+        # slot 7 does not exist: its reply carries the trace, the other env still steps
+        (bad_obs, bad), (obs, ok) = ray.get(
+            actor.step_many.remote(
+                [(7, actions.bash("echo never"), None), (1, actions.bash("echo still"), None)]
+            )
+        )
+        assert bad["done"] and "IndexError" in bad["exception"] and bad_obs == ""
+        assert "still" in obs and "exception" not in ok
+    finally:
+        ray.get(actor.close.remote())
+        ray.kill(actor)
+    assert containers_of(docker_client, "t-stepmany") == []

@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 import ray
 
 from swerl.bench._backends import add_backend_arg, compared, reap_all
-from swerl.bench._stats import table
+from swerl.bench._stats import LoadWatch, table
 from swerl.env import SWEEnv, actions
 from swerl.policies.scripted import ScriptedPolicy
 from swerl.rollout.actor import EnvActor
@@ -115,31 +116,63 @@ def _episode_overhead(task, cfg: SandboxConfig, steps: int, n: int) -> tuple[flo
     return local, remote
 
 
-def _ray_overhead(task, cfg: SandboxConfig, n: int) -> tuple[float, float]:
+def _ray_overhead(task, cfg: SandboxConfig, n: int, batch: int) -> dict[str, float]:
+    """Seconds per env step, policy in the driver: in-process, and through one actor.
+
+    One env: ``step`` (one call per step). ``batch`` envs, all stepped each round:
+    in-process on a thread per env (as the actor does), through the actor with one
+    ``step`` call per env (unbatched), and with one ``step_many`` per round (batched).
+    """
     step = actions.bash("echo hi")
-    with SWEEnv([task], sandbox_config=cfg, max_steps=0, max_repeats=0) as env:
-        env.reset(options={"task": task.instance_id})
-        for _ in range(10):
-            env.step(step)
-        t = time.perf_counter()
-        for _ in range(n):
-            env.step(step)
-        local = (time.perf_counter() - t) / n
-    actor = EnvActor.options(num_cpus=0.1).remote(
-        [task], 1, f"{cfg.run_id}-overhead", {"max_steps": 0, "max_repeats": 0}
+    kwargs = {"max_steps": 0, "max_repeats": 0, "pool_size": 0}
+    out: dict[str, float] = {}
+    envs = [SWEEnv([task], sandbox_config=cfg, **kwargs) for _ in range(batch)]
+    try:
+        for env in envs:
+            env.reset(options={"task": task.instance_id})
+        with ThreadPoolExecutor(batch) as pool:
+            for name, k in (("local 1", 1), (f"local {batch}", batch)):
+
+                def round_(k=k) -> None:
+                    if k == 1:
+                        envs[0].step(step)
+                    else:
+                        list(pool.map(lambda e: e.step(step), envs[:k]))
+
+                out[name] = _per_step(round_, n // k, k)
+    finally:
+        for env in envs:
+            env.close()
+    actor = EnvActor.options(num_cpus=0.1, max_concurrency=batch + 4).remote(
+        [task], batch, f"{cfg.run_id}-overhead", kwargs
     )
     try:
-        ray.get(actor.reset.remote(0, task.instance_id, 0))
-        for _ in range(10):
-            ray.get(actor.step.remote(0, step))
-        t = time.perf_counter()
-        for _ in range(n):
-            ray.get(actor.step.remote(0, step))
-        remote = (time.perf_counter() - t) / n
+        ray.get([actor.reset.remote(i, task.instance_id, i) for i in range(batch)])
+        items = [(i, step, None) for i in range(batch)]
+        rounds = {
+            "actor 1 step": (lambda: ray.get(actor.step.remote(0, step)), 1),
+            f"actor {batch} step": (
+                lambda: ray.get([actor.step.remote(i, step) for i in range(batch)]),
+                batch,
+            ),
+            f"actor {batch} step_many": (lambda: ray.get(actor.step_many.remote(items)), batch),
+        }
+        for name, (round_, k) in rounds.items():
+            out[name] = _per_step(round_, n // k, k)
     finally:
         ray.get(actor.close.remote())
         ray.kill(actor)
-    return local, remote
+    return out
+
+
+def _per_step(round_, rounds: int, k: int) -> float:
+    """Seconds per env step of ``rounds`` rounds of ``k`` steps each (after 5 warm-up rounds)."""
+    for _ in range(5):
+        round_()
+    t = time.perf_counter()
+    for _ in range(max(1, rounds)):
+        round_()
+    return (time.perf_counter() - t) / (max(1, rounds) * k)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10, help="bash steps per episode")
     parser.add_argument("--episodes", type=int, default=2, help="episodes per env")
     parser.add_argument("--overhead-steps", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=4, help="envs of the actor in the batched overhead")
+    parser.add_argument("--repeats", type=int, default=3, help="times the per-step overhead is measured")
+    parser.add_argument(
+        "--placement", default="actor", choices=["actor", "driver"], help="policy placement in the table"
+    )
     add_backend_arg(parser)
     args = parser.parse_args(argv)
 
@@ -158,15 +196,21 @@ def main(argv: list[str] | None = None) -> int:
     prefix = f"bench-rollout-{os.getpid()}"
     cfg = SandboxConfig(run_id=prefix, memory="1g", cpus=1.0)
     rows = []
+    watch = LoadWatch()
+    overheads: list[dict[str, float]] = []
     try:
-        local, remote = _ray_overhead(task, cfg, args.overhead_steps)
-        ep_local, ep_remote = _episode_overhead(task, cfg, 20, 10)
+        for _ in range(args.repeats):
+            overheads.append(_ray_overhead(task, cfg, args.overhead_steps, args.batch))
+            ep_local, ep_remote = _episode_overhead(task, cfg, 20, 10)
+            overheads[-1] |= {"episode local": ep_local, "episode actor": ep_remote}
+        policy = EchoPolicy(args.steps)
+        policy.placement = args.placement
         for backend, c in ((b, int(x)) for b in compared(args.backend) for x in args.levels.split(",")):
             actors = max(1, c // 8)
             per_actor = max(1, c // actors)
             runner = RolloutRunner(
                 [task] * 1,
-                EchoPolicy(args.steps),
+                policy,
                 num_actors=actors,
                 envs_per_actor=per_actor,
                 attempts=actors * per_actor * args.episodes,
@@ -223,12 +267,30 @@ def main(argv: list[str] | None = None) -> int:
             rows,
         )
     )
+    watch.stop()
+    b = args.batch
+    added = {
+        "driver, 1 env (step)": ("actor 1 step", "local 1"),
+        f"driver, {b} envs, unbatched (step per env)": (f"actor {b} step", f"local {b}"),
+        f"driver, {b} envs, batched (step_many)": (f"actor {b} step_many", f"local {b}"),
+        "actor-placed policy (run_episode)": ("episode actor", "episode local"),
+    }
+    rows = [
+        [
+            name,
+            *(f"{(o[r] - o[loc]) * 1000:.2f}" for o in overheads),
+            f"{min(o[loc] for o in overheads) * 1000:.2f}",
+        ]
+        for name, (r, loc) in added.items()
+    ]
+    heads = [f"run {i + 1}" for i in range(len(overheads))]
+    print(f"ms Ray adds per env step (through an actor minus in-process), {len(overheads)} runs:")
+    print(table(["policy placement", *heads, "in-process ms/step"], rows))
+    batched = max(o[f"actor {b} step_many"] - o[f"local {b}"] for o in overheads)
+    print(watch.report())
     print(
-        f"policy in the driver: step latency in-process {local * 1000:.2f} ms, through a Ray actor "
-        f"{remote * 1000:.2f} ms: Ray adds {(remote - local) * 1000:.2f} ms per step"
-    )
-    print(
-        f"policy in the actor: per step of whole episodes in-process {ep_local * 1000:.2f} ms, in an actor "
-        f"{ep_remote * 1000:.2f} ms: Ray adds {(ep_remote - ep_local) * 1000:.2f} ms per step"
+        watch.verdict(
+            f"(Ray adds <= 1 ms per step, batched, worst of {len(overheads)} runs)", batched <= 0.001
+        )
     )
     return 0

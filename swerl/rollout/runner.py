@@ -145,7 +145,8 @@ class RolloutRunner:
         self.ray_address = ray_address
         self._actors: dict[str, Any] = {}
         self._free: deque[ActorSlot] = deque()
-        self._inflight: dict[Any, Running] = {}
+        self._inflight: dict[Any, list[Running]] = {}
+        """ref -> the episodes its call serves: one, or (a ``step_many``) all of an actor's pending steps."""
         self._spawned = 0
         self._policy_ref: Any = None
         self.snapshot = snapshot
@@ -342,7 +343,7 @@ class RolloutRunner:
     def _fill(self, queue: deque[Work]) -> None:
         now = time.monotonic()
         for work in [w for w in queue if w.not_before <= now]:
-            if not self._free or len(self._inflight) >= self.max_in_flight:
+            if not self._free or self._running() >= self.max_in_flight:
                 return
             queue.remove(work)
             self._launch(Running(work, self._take_slot(work.avoid)))
@@ -365,7 +366,10 @@ class RolloutRunner:
         else:
             ref = s.handle.reset.remote(s.index, w.task_id, w.attempt, self._snapshot_ref)
             run.kind = "reset"
-        self._inflight[ref] = run
+        self._inflight[ref] = [run]
+
+    def _running(self) -> int:
+        return sum(len(runs) for runs in self._inflight.values())
 
     def _collect(self, queue: deque[Work]) -> list[Episode]:
         """Wait for at least one result, take every ready one, return finished episodes."""
@@ -379,45 +383,55 @@ class RolloutRunner:
         finished: list[Episode] = []
         need_action: list[tuple[Running, str]] = []
         for ref in ready:
-            run = self._inflight.pop(ref, None)
-            if run is None:  # already requeued: its actor died earlier in this batch
+            runs = self._inflight.pop(ref, None)
+            if runs is None:  # already requeued: its actor died earlier in this batch
                 continue
             try:
                 result = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
-                self._lost(run, e, queue, finished)
+                self._lost(runs, e, queue, finished)
                 continue
             except ray.exceptions.RayTaskError as e:
-                # An exception escaped the actor's episode loop (a bug, or an error
-                # nobody classified). Never a score: an infra error, retried, with the trace.
-                log.error(
-                    "episode %s #%d failed in %s: %s",
-                    run.work.task_id,
-                    run.work.attempt,
-                    run.slot.actor_id,
-                    e,
-                )
-                self.stats["task_errors"] += 1
-                ep = Episode(run.work.task_id, run.work.attempt, status="infra_error", reason="exception",
-                             error=str(e)[-4000:], where={"actor": run.slot.actor_id})  # fmt: skip
-                self._episode_done(run, ep, queue, finished)
+                for run in runs:
+                    self._task_error(run, str(e), queue, finished)
                 continue
-            if run.kind == "episode":
-                self._episode_done(run, Episode.from_dict(result), queue, finished)
-                continue
-            obs, info = result
-            if info.get("done"):
-                self._episode_done(run, Episode.from_dict(info["episode"]), queue, finished)
-                continue
-            if run.kind == "reset":
-                run.state = self.policy.start(self.by_id[run.work.task_id], run.work.attempt)
-            need_action.append((run, obs))
+            # A step call is a step_many: one reply per run; reset and run_episode: one run.
+            for run, res in zip(runs, result if runs[0].kind == "step" else [result], strict=True):
+                if run.kind == "episode":
+                    self._episode_done(run, Episode.from_dict(res), queue, finished)
+                    continue
+                obs, info = res
+                if "exception" in info:
+                    self._task_error(run, info["exception"], queue, finished)
+                    continue
+                if info.get("done"):
+                    self._episode_done(run, Episode.from_dict(info["episode"]), queue, finished)
+                    continue
+                if run.kind == "reset":
+                    run.state = self.policy.start(self.by_id[run.work.task_id], run.work.attempt)
+                need_action.append((run, obs))
         if need_action:
             decisions = act_batch(self.policy, [r.state for r, _ in need_action], [o for _, o in need_action])
+            by_actor: dict[str, list[tuple[Running, Decision]]] = defaultdict(list)
             for (run, _), d in zip(need_action, decisions, strict=True):
                 run.kind = "step"
-                self._inflight[run.slot.handle.step.remote(run.slot.index, d.action, d.info)] = run
+                by_actor[run.slot.actor_id].append((run, d))
+            # One round trip per actor for all of its envs' actions of this decision round.
+            for pairs in by_actor.values():
+                items = [(run.slot.index, d.action, d.info) for run, d in pairs]
+                self._inflight[pairs[0][0].slot.handle.step_many.remote(items)] = [run for run, _ in pairs]
         return finished
+
+    def _task_error(self, run: Running, error: str, queue: deque[Work], finished: list[Episode]) -> None:
+        """An exception escaped the actor's episode loop or step (a bug, or an error nobody
+        classified). Never a score: an infra error, retried, with the trace."""
+        log.error(
+            "episode %s #%d failed in %s: %s", run.work.task_id, run.work.attempt, run.slot.actor_id, error
+        )
+        self.stats["task_errors"] += 1
+        ep = Episode(run.work.task_id, run.work.attempt, status="infra_error", reason="exception",
+                     error=error[-4000:], where={"actor": run.slot.actor_id})  # fmt: skip
+        self._episode_done(run, ep, queue, finished)
 
     def _episode_done(self, run: Running, ep: Episode, queue: deque[Work], finished: list[Episode]) -> None:
         self._free.append(run.slot)
@@ -429,11 +443,13 @@ class RolloutRunner:
         self._work_of[ep.key] = run.work
         finished.append(ep)
 
-    def _lost(self, run: Running, error: BaseException, queue: deque[Work], finished: list[Episode]) -> None:
-        """The actor died: redo this episode elsewhere (and every other one it held)."""
-        dead = run.slot.actor_id
-        victims = [run] + [r for r in self._inflight.values() if r.slot.actor_id == dead]
-        self._inflight = {k: r for k, r in self._inflight.items() if r.slot.actor_id != dead}
+    def _lost(
+        self, runs: list[Running], error: BaseException, queue: deque[Work], finished: list[Episode]
+    ) -> None:
+        """The actor died: redo these episodes elsewhere (and every other one it held)."""
+        dead = runs[0].slot.actor_id
+        victims = runs + [r for rs in self._inflight.values() for r in rs if r.slot.actor_id == dead]
+        self._inflight = {k: rs for k, rs in self._inflight.items() if rs[0].slot.actor_id != dead}
         if dead in self._actors:
             self._check_node(dead, sum(r.work.retries < self.max_retries for r in victims))
         self._actor_died(dead, error)
