@@ -249,14 +249,16 @@ def grade(
             log.warning("grading %s: attempt %d: infra error: %s", iid, attempt, e)
             errors.append(f"attempt {attempt}: {type(e).__name__}: {e}")
             continue
-        timings = {**ev.timings, "total": time.monotonic() - t0}
         if not ev.applied:
+            timings = {**ev.timings, "total": time.monotonic() - t0}
             return GradeResult(
                 iid, GradeStatus.PATCH_FAILED, log=ev.apply_output, timings=timings,
                 error="patch does not apply (every harness fallback failed)", attempts=attempt,
                 mode=mode.value, integrity=ev.integrity,
             )  # fmt: skip
+        t = time.monotonic()
         status, status_map, report = judge(instance, patch, ev.log)
+        timings = {**ev.timings, "judge": time.monotonic() - t, "total": time.monotonic() - t0}
         if ev.integrity is not None:
             if ev.timed_out:
                 ev.integrity.refused.append(f"tests timed out after {timeout:g} s")
