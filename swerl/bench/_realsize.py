@@ -68,7 +68,13 @@ def _git(cwd: Path, *args: str, stdin: str | None = None) -> str:
     ).stdout
 
 
-def build(out: Path | None = None, files: int = 8, tests: int = 60, rounds: int = 5_000) -> Path:
+def build(
+    out: Path | None = None,
+    files: int = 8,
+    tests: int = 60,
+    rounds: int = 5_000,
+    instance_id: str = "swerl__bigsuite-1",
+) -> Path:
     """Write ``out/tasks.jsonl`` and ``out/repos/swerl__bigsuite.bundle``; returns the task file."""
     out = Path(out or cache_dir() / f"realsize-{files}x{tests}x{rounds}")
     task_file = out / "tasks.jsonl"
@@ -97,7 +103,7 @@ def build(out: Path | None = None, files: int = 8, tests: int = 60, rounds: int 
     _git(src, "bundle", "create", "-q", str(out / "repos" / "swerl__bigsuite.bundle"), "main")
     run_files = [f"tests/test_work_{k}.py" for k in range(files)] + ["tests/test_clamp.py"]
     record = {
-        "instance_id": "swerl__bigsuite-1",
+        "instance_id": instance_id,
         "repo": REPO,
         "base_commit": base,
         "patch": patch,

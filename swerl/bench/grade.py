@@ -36,7 +36,7 @@ OVERHEAD_STEPS = ("start", "apply", "eval", "judge", "close")
 """swerl's timings keys on the shared path (eval includes the tests)."""
 
 
-def tests_time(log: str) -> float | None:
+def own_test_time(log: str) -> float | None:
     """Seconds pytest reports for its run in ``log`` (the last summary line), or None."""
     found = PYTEST_SUMMARY.findall(log)
     return float(found[-1]) if found else None
@@ -129,12 +129,12 @@ def main(argv: list[str] | None = None) -> int:
                     if mode == "strict":
                         own.append(sum(result.timings.get(k, 0.0) for k in STRICT_STEPS))
                     else:
-                        timings, t_tests = result.timings, tests_time(result.log)
+                        timings, t_tests = result.timings, own_test_time(result.log)
                 ours, t_ours = status["official"], took["official"]
                 t = time.perf_counter()
                 theirs = official_grade(inst, patch, client, f"{run_id}-{kind}")
                 t_theirs = time.perf_counter() - t
-                t_tests_theirs = tests_time(official_log(f"{run_id}-{kind}", inst))
+                t_tests_theirs = own_test_time(official_log(f"{run_id}-{kind}", inst))
                 if t_tests is not None:
                     tests_ours.append(t_tests)
                     overheads.append(t_ours - t_tests)
