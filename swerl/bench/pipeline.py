@@ -200,6 +200,7 @@ def compare(
                 finally:
                     _wait_gone(client, run_id)
                 row[side] = wall
+                print(f"c={c} {side}: {len(eps)} episodes in {wall:.1f} s", flush=True)
                 row[f"{side}_rewards"] = _rewards(eps)
             row["ratio"] = row["peer"] / row["swerl"] if row["swerl"] else float("inf")
             graded = None not in row["swerl_rewards"].values()
