@@ -205,6 +205,12 @@ def compare(
             row["ratio"] = row["peer"] / row["swerl"] if row["swerl"] else float("inf")
             graded = None not in row["swerl_rewards"].values()
             row["same"] = graded and row["swerl_rewards"] == row["peer_rewards"]
+            if not row["same"]:  # say which episodes differ, so an infra failure is not mistaken for a score
+                sw, pe = row["swerl_rewards"], row["peer_rewards"]
+                diff = {
+                    k: (sw.get(k), pe.get(k)) for k in sorted(set(sw) | set(pe)) if sw.get(k) != pe.get(k)
+                }
+                print(f"c={c}: rewards differ (swerl, peer): {diff}", flush=True)
             out.append(row)
             print(
                 f"c={c}: swerl {row['episodes'] / row['swerl'] * 3600:.0f} ep/h, "
