@@ -4,6 +4,12 @@ Same instances, same local images, same patches, one at a time. The official
 path runs with the TestSpec from ``make_test_spec`` and a docker client; it only
 pulls when an image is missing, so it stays offline here. Statuses must agree.
 swerl's strict mode is timed beside its official mode (goal: < 10% more per grade).
+
+``--tasks FILE`` grades any task file (its ``repos/`` beside it holds the bundles);
+``--real-size`` builds and grades a task with hundreds of tests and seconds of test
+time (``swerl.bench._realsize``). Beside each grade: the tests' own run time (pytest's
+summary line, measured inside the sandbox) for both sides, and where swerl's time
+beyond the tests went (sandbox start, patch apply, eval script, parse, close).
 """
 
 from __future__ import annotations
@@ -12,15 +18,35 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
-from swerl.bench._stats import table
+from swerl.bench._stats import LoadWatch, table
 from swerl.grading import docker_factory, grade
 from swerl.sandbox.docker import connect, reap
 from swerl.tasks.images import build_task_images
 from swerl.tasks.instance import SUITES_DIR, Instance, load_instances, select
+
+PYTEST_SUMMARY = re.compile(r"^=+ .*\bin ([0-9]+(?:\.[0-9]+)?)s\b.*=+$", re.M)
+"""pytest's last line ("=== 480 passed in 3.91s ==="): the tests' own time, taken inside the sandbox."""
+OVERHEAD_STEPS = ("start", "apply", "eval", "judge", "close")
+"""swerl's timings keys on the shared path (eval includes the tests)."""
+
+
+def own_test_time(log: str) -> float | None:
+    """Seconds pytest reports for its run in ``log`` (the last summary line), or None."""
+    found = PYTEST_SUMMARY.findall(log)
+    return float(found[-1]) if found else None
+
+
+def official_log(run_id: str, inst: Instance) -> str:
+    """The test output run_instance wrote under the cwd, or "" when it wrote none."""
+    path = Path("logs/run_evaluation") / run_id / "gold" / inst.instance_id / "test_output.txt"
+    return path.read_text(errors="replace") if path.is_file() else ""
+
 
 STRICT_STEPS = ("scrub", "filter", "restore")
 """What strict mode adds to a grade (its timings keys); the rest is the shared path."""
@@ -43,6 +69,14 @@ def _remove_official_containers(client: object, run_id: str) -> None:
         c.remove(force=True)
 
 
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _ratio(total: float, tests: float | None) -> str:
+    return "-" if not tests else f"{total / tests:.2f}"
+
+
 def wrong_patches(suite: str) -> list[dict]:
     path = SUITES_DIR / suite / "wrong_patches.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
@@ -50,12 +84,21 @@ def wrong_patches(suite: str) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m swerl.bench grade", description=__doc__)
-    parser.add_argument("--suite", default="swerl-mini", help="suite name or task file")
+    parser.add_argument("--suite", "--tasks", default="swerl-mini", help="suite name or task file")
+    parser.add_argument("--real-size", action="store_true", help="grade a generated task of ~500 tests")
     parser.add_argument("--ids", nargs="*", help="instance ids (default: the first --n)")
     parser.add_argument("--n", type=int, default=3, help="instances to grade (0: all)")
     parser.add_argument("--wrong", action="store_true", help="also grade the suite's wrong patches")
     args = parser.parse_args(argv)
 
+    if args.real_size:
+        from swerl.bench._realsize import build
+
+        args.suite = str(build())
+    bundles = None
+    if Path(args.suite).is_file():  # a task file: its bundles beside it, then the suites'
+        bundles = [Path(args.suite).resolve().parent / "repos", *sorted(SUITES_DIR.glob("*/repos"))]
+    watch = LoadWatch()
     instances = load_instances(args.suite)
     instances = select(instances, args.ids) if args.ids else instances[: args.n or None]
     pairs = [(inst, inst.patch, "gold") for inst in instances]
@@ -64,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         pairs += [(by_id[w["instance_id"]], w["patch"], "wrong") for w in wrong_patches(args.suite)]
         instances = list({p[0].instance_id: p[0] for p in pairs}.values())
     client = connect(timeout=1800)
-    build_task_images(instances, client=client)
+    build_task_images(instances, client=client, bundles=bundles)
     run_id = f"bench-grade-{os.getpid()}"
     factory = docker_factory(timeout=600, run_id=run_id)
     rows, totals, own = [], {"swerl": 0.0, "strict": 0.0, "swebench": 0.0}, []
+    timing_rows, tests_ours, tests_theirs, overheads = [], [], [], []
     mismatches = 0
     cwd = os.getcwd()
     try:
@@ -84,10 +128,23 @@ def main(argv: list[str] | None = None) -> int:
                     status[mode] = result.status.value
                     if mode == "strict":
                         own.append(sum(result.timings.get(k, 0.0) for k in STRICT_STEPS))
+                    else:
+                        timings, t_tests = result.timings, own_test_time(result.log)
                 ours, t_ours = status["official"], took["official"]
                 t = time.perf_counter()
                 theirs = official_grade(inst, patch, client, f"{run_id}-{kind}")
                 t_theirs = time.perf_counter() - t
+                t_tests_theirs = own_test_time(official_log(f"{run_id}-{kind}", inst))
+                if t_tests is not None:
+                    tests_ours.append(t_tests)
+                    overheads.append(t_ours - t_tests)
+                if t_tests_theirs is not None:
+                    tests_theirs.append(t_tests_theirs)
+                timing_rows.append(
+                    [f"{inst.instance_id} ({kind})", _fmt(t_tests), t_ours, _ratio(t_ours, t_tests),
+                     _fmt(t_tests_theirs), t_theirs, _ratio(t_theirs, t_tests_theirs), t_theirs / t_ours,
+                     *(timings.get(k, 0.0) for k in OVERHEAD_STEPS)]
+                )  # fmt: skip
                 totals["swerl"] += t_ours
                 totals["strict"] += took["strict"]
                 totals["swebench"] += t_theirs
@@ -107,16 +164,31 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(Exception):
             _remove_official_containers(client, run_id)
 
+    watch.stop()
     print(
         table(["instance", "swerl", "swerl s", "strict", "strict s", "swebench", "swebench s", "same"], rows)
     )
+    header = ["instance", "tests s", "swerl s", "/tests", "official tests s", "official s", "/tests",
+              "official/swerl", *(f"{k} s" for k in OVERHEAD_STEPS)]  # fmt: skip
+    print(table(header, timing_rows))
+    if overheads:
+        print(
+            f"tests' own time {statistics.median(tests_ours):.2f} s in swerl's sandbox"
+            + (f", {statistics.median(tests_theirs):.2f} s in run_instance's" if tests_theirs else "")
+            + f"; swerl's time beyond the tests {statistics.median(overheads):.2f} s per grade (median)"
+        )
     ratio = totals["swebench"] / totals["swerl"] if totals["swerl"] else float("inf")
     n = len(pairs)
     print(
         f"mean per grade: swerl {totals['swerl'] / n:.2f} s, swebench run_instance {totals['swebench'] / n:.2f} s; "
         f"ratio {ratio:.1f}x; statuses identical: {'yes' if not mismatches else f'NO ({mismatches})'}"
     )
-    print(f"goal (>= 2x, identical statuses): {'met' if ratio >= 2 and not mismatches else 'NOT met'}")
+    print(watch.report())
+    print(watch.verdict(">= 2x, identical statuses", ratio >= 2 and not mismatches))
+    if tests_ours and len(tests_ours) == n:
+        within = all(r[2] <= 1.5 * float(r[1]) for r in timing_rows)
+        print(watch.verdict("grade within 1.5x of the tests' own time", within))
+        print(watch.verdict(">= 4x faster than run_instance", ratio >= 4 and not mismatches))
     extra = totals["strict"] / totals["swerl"] - 1 if totals["swerl"] else 0.0
     print(
         f"strict mode: {totals['strict'] / n:.2f} s per grade against official's {totals['swerl'] / n:.2f} s "

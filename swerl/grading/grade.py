@@ -259,14 +259,16 @@ def grade(
             if isinstance(e, ImageMissing):  # a retry cannot build the image: say so now
                 break
             continue
-        timings = {**ev.timings, "total": time.monotonic() - t0}
         if not ev.applied:
+            timings = {**ev.timings, "total": time.monotonic() - t0}
             return GradeResult(
                 iid, GradeStatus.PATCH_FAILED, log=ev.apply_output, timings=timings,
                 error="patch does not apply (every harness fallback failed)", attempts=attempt,
                 mode=mode.value, integrity=ev.integrity, apply_output=ev.apply_output,
             )  # fmt: skip
+        t = time.monotonic()
         status, status_map, report = judge(instance, patch, ev.log)
+        timings = {**ev.timings, "judge": time.monotonic() - t, "total": time.monotonic() - t0}
         if ev.integrity is not None:
             if ev.timed_out:
                 ev.integrity.refused.append(f"tests timed out after {timeout:g} s")
