@@ -140,7 +140,7 @@ def capture_workspace(sb: Sandbox, repo: str, base_commit: str) -> Workspace:
         f"git diff --cached --binary --no-color {base} > {d}/index 2> {d}/index.err & i=$!; "
         f"git ls-files -z --deleted > {d}/deleted 2> {d}/deleted.err & x=$!; "
         f"git ls-files -z --modified --others --exclude-standard | "
-        f"tar -cf {d}/tree.tar --null --no-recursion --ignore-failed-read -T - 2>/dev/null; "
+        f"tar -cf {d}/tree.tar -b 1 --null --no-recursion --ignore-failed-read -T - 2>/dev/null; "
         f"wait $i && wait $x || {{ cat {d}/index.err {d}/deleted.err; exit 1; }}; "
         f"cd {d} && set -- $(stat -c %s {' '.join(_PARTS)}) && "
         f'if [ $(($1 + $2 + $3)) -le {cap} ]; then echo "SNAP $1 $2 $3"; cat {" ".join(_PARTS)}; '
