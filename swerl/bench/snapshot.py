@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SandboxConfig(run_id=f"bench-snapshot-{os.getpid()}")
     rows, ratios = [], {}
     watch = LoadWatch()
-    print(watch.report().replace("load average before", "before the bench: load average", 1))
+    print("load average at the start: " + "/".join(f"{x:.2f}" for x in watch.before))
     try:
         for name, change in CHANGES.items():
             cold_t, warm_t, docker_t, start_t, sizes, image_sizes, ser = [], [], [], [], [], [], []
@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                     snap = src.snapshot()
                     warm.restore(snap)
                     warm_t.append(time.perf_counter() - t)
+                    while warm.pool.idle(task.image) == 0:  # the refill done: the peer runs alone
+                        time.sleep(0.05)
 
                     t = time.perf_counter()
                     image = src.sandbox.commit(repository="swerl-bench-commit")

@@ -271,22 +271,25 @@ class SWEEnv(gym.Env[str, str]):
     def _restore_sandbox(self, task: Instance, workspace: Workspace) -> Sandbox:
         """A started sandbox in the snapshot's workspace state.
 
-        A warm one from the pool when the pool has one ready. Otherwise a new one,
-        whose history scrub runs in the same command as the workspace apply (one round
-        trip after the start). The env's current episode is untouched if this fails.
+        A warm one from the pool when it has one ready; the pool refills after the apply,
+        so no container start competes with it. Without a pool, a new one whose history
+        scrub runs in the same command as the apply (one round trip after the start).
+        The env's current episode is untouched if this fails.
         """
         if workspace.image:
             return self._new_sandbox(workspace.image).start()
-        warm = self.pool is not None
-        sandbox = self.pool.acquire(task.image) if self.pool else self._new_sandbox(task.image).start()
-        prelude = (
-            "" if warm or not self.scrub_history else f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {REPO_ROOT}"
-        )
+        pool = self.pool
+        sandbox = pool.acquire(task.image, refill=False) if pool else self._new_sandbox(task.image).start()
+        scrub = self.scrub_history and not pool  # a pool's sandboxes are scrubbed when made
+        prelude = f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {REPO_ROOT}" if scrub else ""
         try:
             apply_workspace(sandbox, REPO_ROOT, task.base_commit, workspace, prelude=prelude)
         except BaseException:
             threading.Thread(target=sandbox.close, name="swerl-close", daemon=True).start()
             raise
+        finally:
+            if pool:
+                pool.prewarm(task.image)  # refill once the apply is done
         return sandbox
 
     def close(self) -> None:
