@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import ray
 
 from swerl.env import SWEEnv, actions
-from swerl.env.snapshot import EnvSnapshot, SnapshotError
+from swerl.env.snapshot import INLINE_MAX, EnvSnapshot, SnapshotError, Workspace, apply_workspace
 from swerl.episode import Episode, Step
+from swerl.errors import InfraError, SandboxError
 from swerl.policies.patch_actions import patch_to_actions
 from swerl.rollout.branch import branch
 from swerl.rollout.replay import replay
@@ -183,3 +185,58 @@ def test_replay_matches_and_reports_the_first_divergence(tasks, run_id):
     ep.steps[1].observation = "something else"
     report = replay(ep, tasks=[task], sandbox_config=cfg)
     assert report.first_divergence is not None and report.first_divergence.step == 2
+
+
+def test_parts_past_the_inline_limit_restore_warm_and_cold(tasks, run_id):
+    """A staged binary past the inline limit is uploaded, the rest rides in the command; a pooled
+    (warm) and a pool-less (cold, scrubbed in the same command) restore give the same tree."""
+    task = tasks[0]
+    cfg = SandboxConfig(run_id=run_id)
+    big = random.Random(0).randbytes(INLINE_MAX + 10_000)  # incompressible, so its diff is past the limit
+    with (
+        SWEEnv([task], sandbox_config=cfg) as a,
+        SWEEnv([task], sandbox_config=cfg) as cold,
+        SWEEnv([task], sandbox_config=cfg, pool_size=1) as warm,
+    ):
+        a.reset(options={"task": task.instance_id})
+        a.sandbox.write_file("/testbed/staged.bin", big)
+        a.sandbox.write_file("/testbed/untracked.bin", b"\x00\x01 untracked\xff")
+        script = "git add staged.bin && rm $(git ls-files '*.py' | sed -n 1p)"
+        assert "<returncode>0</returncode>" in a.step(actions.bash(script))[0]
+        snap = a.snapshot()
+        ws = snap.workspace
+        assert len(ws.index_diff) > INLINE_MAX and 0 < len(ws.tree_tar) < INLINE_MAX and ws.deleted
+        probe = (
+            "git status --porcelain; git diff --cached --stat; find . -path ./.git -prune -o -type f -print0 "
+            "| sort -z | xargs -0 sha256sum; stat -c '%a %n' * | sort"
+        )
+        expected = a.sandbox.execute(probe).output
+        for env in (warm, cold):
+            obs, info = env.restore(snap)
+            assert info["restored_from_step"] == 1 and obs == a.state.history[-1]["observation"]
+            assert env.sandbox.execute(probe).output == expected
+            assert env.sandbox.read_file("/testbed/staged.bin") == big
+        scrub = cold.sandbox.read_file("/tmp/.swerl-snapshot/prelude.out").decode().split()
+        assert scrub[-1:] in (["clean"], ["scrubbed"])  # the cold restore scrubbed its fresh sandbox
+
+
+def test_a_failed_restore_leaves_the_current_episode_as_it_was(env_pair, tasks):
+    a, b = env_pair
+    a.reset(options={"task": tasks[0].instance_id})
+    a.step(actions.bash("echo kept > kept.txt"))
+    bad = a.snapshot()
+    bad.workspace.index_diff = b"this is not a patch\n"
+    before, steps = a.sandbox, a.state.steps
+    with pytest.raises(InfraError, match="cannot apply the workspace"):
+        a.restore(bad)
+    assert a.sandbox is before and a.state.steps == steps
+    assert "kept" in a.step(actions.bash("cat kept.txt"))[0]
+
+
+def test_a_failing_prelude_is_a_sandbox_error_and_nothing_is_applied(env_pair, tasks):
+    a, _ = env_pair
+    a.reset(options={"task": tasks[0].instance_id})
+    ws = Workspace(deleted=a.sandbox.execute("git ls-files -z | head -z -n 1", cwd="/testbed").raw)
+    with pytest.raises(SandboxError, match="prepare the sandbox"):
+        apply_workspace(a.sandbox, "/testbed", tasks[0].base_commit, ws, prelude="echo no; false")
+    assert a.sandbox.execute("git status --porcelain", cwd="/testbed").output == ""

@@ -21,7 +21,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from swerl.errors import ConfigError, InfraError
+from swerl.errors import ConfigError, InfraError, SandboxError
 from swerl.sandbox.base import Sandbox
 
 SNAPSHOT_VERSION = 1
@@ -119,47 +119,80 @@ class EnvSnapshot:
 
 
 SNAP_DIR = "/tmp/.swerl-snapshot"
+INLINE_MAX = 48 << 10
+"""Parts up to this many bytes ride base64-encoded inside the apply command itself (one round
+trip); a larger tar is written first. Keeps the command well under Linux's 128 KiB per argument."""
+_PARTS = ("index", "deleted", "tree.tar")
 
 
 def capture_workspace(sb: Sandbox, repo: str, base_commit: str) -> Workspace:
     """Read the workspace's difference from base_commit without changing it.
 
-    One command: the three git reads run side by side, and the tree tar comes back
-    as the command's output. Only the first ``output_cap`` bytes of it are sent: a
-    larger tar is read as a file instead (a whole one would be sent twice, and past
-    ``max_output`` killed as an output flood).
+    One command: the three git reads run side by side, and when the three parts fit
+    in the output cap they come back as its output, behind one header line with
+    their sizes. A larger workspace is read as files instead (only the parts that
+    are not empty), so nothing is sent twice and nothing is cut.
     """
     base, d = shlex.quote(base_commit), SNAP_DIR
-    cap = max(int(sb.config.output_cap), 0)
+    cap = max(int(sb.config.output_cap) - 128, 0)
     r = sb.execute(
         f"mkdir -p {d} || exit 1; "
         f"git diff --cached --binary --no-color {base} > {d}/index 2> {d}/index.err & i=$!; "
         f"git ls-files -z --deleted > {d}/deleted 2> {d}/deleted.err & x=$!; "
         f"git ls-files -z --modified --others --exclude-standard | "
-        f"tar -cf {d}/tree.tar --null --no-recursion --ignore-failed-read -T - 2>/dev/null; "
+        f"tar -cf {d}/tree.tar -b 1 --null --no-recursion --ignore-failed-read -T - 2>/dev/null; "
         f"wait $i && wait $x || {{ cat {d}/index.err {d}/deleted.err; exit 1; }}; "
-        f"for f in index deleted; do [ -s {d}/$f ] && printf 1 || printf 0; done; head -c {cap} {d}/tree.tar",
+        f"cd {d} && set -- $(stat -c %s {' '.join(_PARTS)}) && "
+        f'if [ $(($1 + $2 + $3)) -le {cap} ]; then echo "SNAP $1 $2 $3"; cat {" ".join(_PARTS)}; '
+        f'else echo "FILES $1 $2 $3"; fi',
         cwd=repo,
         timeout=300,
     )
-    if r.returncode != 0:
+    head, _, body = r.raw.partition(b"\n")
+    fields = head.split()
+    if r.returncode != 0 or len(fields) != 4 or fields[0] not in (b"SNAP", b"FILES"):
         raise InfraError(f"snapshot: cannot read the workspace: {r.output[-1000:]}")
-    if r.truncated:  # a tar as large as the output cap: read the parts as files
-        return Workspace(*(sb.read_file(f"{d}/{f}") for f in ("index", "tree.tar", "deleted")))
-    staged, deleted = r.raw[0:1] == b"1", r.raw[1:2] == b"1"
-    return Workspace(
-        index_diff=sb.read_file(f"{d}/index") if staged else b"",
-        tree_tar=r.raw[2:],
-        deleted=sb.read_file(f"{d}/deleted") if deleted else b"",
-    )
+    sizes = [int(n) for n in fields[1:]]
+    if fields[0] == b"FILES":
+        parts = [sb.read_file(f"{d}/{f}") if n else b"" for f, n in zip(_PARTS, sizes, strict=True)]
+    else:
+        ends = [sum(sizes[: k + 1]) for k in range(3)]
+        parts = [body[e - n : e] for e, n in zip(ends, sizes, strict=True)]
+        if r.truncated or len(body) != ends[-1]:
+            raise InfraError(f"snapshot: the workspace came back cut ({len(body)} of {ends[-1]} bytes)")
+    if [len(p) for p in parts] != sizes:
+        raise InfraError(f"snapshot: read {[len(p) for p in parts]} bytes of parts sized {sizes}")
+    index_diff, deleted, tree_tar = parts
+    return Workspace(index_diff=index_diff, tree_tar=tree_tar, deleted=deleted)
 
 
-def apply_workspace(sb: Sandbox, repo: str, base_commit: str, ws: Workspace) -> None:
-    """Put a fresh checkout of base_commit into the captured state (one command after the uploads)."""
+def _inline(data: bytes, path: str) -> str:
+    """A command that writes ``data`` to ``path`` from a here-document (no separate upload)."""
+    return f"base64 -d > {path} <<'SWERL-B64'\n{base64.encodebytes(data).decode()}SWERL-B64\n"
+
+
+def apply_workspace(sb: Sandbox, repo: str, base_commit: str, ws: Workspace, prelude: str = "") -> None:
+    """Put a fresh checkout of base_commit into the captured state.
+
+    One command, parts inlined; only a tar larger than :data:`INLINE_MAX` is uploaded
+    first. ``prelude`` runs first in that same command (e.g. a fresh sandbox's history
+    scrub), so a cold restore pays no extra round trip for it; a prelude that fails
+    exits 4 with its output.
+    """
     base, d = shlex.quote(base_commit), SNAP_DIR
-    steps = [f'head=$(git rev-parse HEAD); [ "$head" = {base} ] || {{ echo "HEAD-MISMATCH $head"; exit 3; }}']
+    script = f"mkdir -p {d} || exit 1\n"
+    if prelude:
+        script += f"{{ {prelude}\n}} > {d}/prelude.out 2>&1 || {{ echo PRELUDE-FAILED; cat {d}/prelude.out; exit 4; }}\n"
+    script += f'head=$(git rev-parse HEAD); [ "$head" = {base} ] || {{ echo "HEAD-MISMATCH $head"; exit 3; }}\nset -e\n'
+    inlined = 0
+    for data, name in ((ws.index_diff, "index.in"), (ws.deleted, "deleted.in"), (ws.tree_tar, "tree.in.tar")):
+        if data and inlined + len(data) <= INLINE_MAX:
+            script += _inline(data, f"{d}/{name}")
+            inlined += len(data)
+        elif data:
+            sb.write_file(f"{d}/{name}", data)
+    steps = []
     if ws.index_diff:
-        sb.write_file(f"{d}/index.in", ws.index_diff)
         steps += [
             f"git apply --cached --binary --whitespace=nowarn {d}/index.in",
             # the staged files' working copies follow the index; the tar below overrides
@@ -167,16 +200,16 @@ def apply_workspace(sb: Sandbox, repo: str, base_commit: str, ws: Workspace) -> 
             f"git diff --cached --no-renames --name-only -z --diff-filter=D {base} | xargs -0 -r rm -f --",
         ]
     if ws.tree_tar:
-        sb.write_file(f"{d}/tree.in.tar", ws.tree_tar)
         steps.append(f"tar -xf {d}/tree.in.tar")
     if ws.deleted:
-        sb.write_file(f"{d}/deleted.in", ws.deleted)
         steps.append(f"xargs -0 -r rm -f -- < {d}/deleted.in")
-    r = sb.execute(" && ".join(steps), cwd=repo, timeout=300)
+    r = sb.execute(script + "\n".join(steps), cwd=repo, timeout=300)
     if r.returncode == 3 and r.output.startswith("HEAD-MISMATCH"):
         head = r.output.split()[1]
         raise SnapshotError(
             f"the sandbox's repo is at {head[:12]}, but the snapshot is against {base_commit[:12]}"
         )
+    if r.returncode == 4 and r.output.startswith("PRELUDE-FAILED"):
+        raise SandboxError(f"cannot prepare the sandbox for the restore: {r.output[-1000:]}")
     if r.returncode != 0:
         raise InfraError(f"snapshot: cannot apply the workspace: {r.output[-1000:]}")

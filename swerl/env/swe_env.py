@@ -16,6 +16,7 @@ past the base commit (``scrub_history=False`` keeps the image's history).
 from __future__ import annotations
 
 import math
+import shlex
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,7 +34,7 @@ from swerl.sandbox import SandboxConfig, make_sandbox
 from swerl.sandbox.base import Sandbox
 from swerl.sandbox.interpreter import LOGIN_SHELL, check_interpreter, under_interpreter
 from swerl.sandbox.pool import SandboxPool
-from swerl.tasks.history import scrub_history
+from swerl.tasks.history import SCRUB_SCRIPT, scrub_history
 from swerl.tasks.instance import Instance, load_instances
 
 REPO_ROOT = "/testbed"
@@ -255,17 +256,9 @@ class SWEEnv(gym.Env[str, str]):
                 f"snapshot of task {snap.task_id} was taken on image {snap.image} at {snap.base_commit[:12]}, "
                 f"but this env's task uses image {task.image} at {task.base_commit[:12]}"
             )
-        self._release()
-        self.task = task
-        if snap.workspace.image:
-            self.sandbox = self._new_sandbox(snap.workspace.image).start()
-        else:
-            self.sandbox = self._acquire(task.image)
-            try:
-                apply_workspace(self.sandbox, REPO_ROOT, task.base_commit, snap.workspace)
-            except BaseException:
-                self._release()
-                raise
+        sandbox = self._restore_sandbox(task, snap.workspace)
+        self._release()  # only now: the old sandbox's removal stays off the restore's path
+        self.task, self.sandbox = task, sandbox
         self.state = EpisodeState(**{k: v for k, v in snap.state.items() if k != "elapsed"})
         self._t0 = time.monotonic() - float(snap.state.get("elapsed", 0.0))
         if snap.rng_state is not None:
@@ -274,6 +267,30 @@ class SWEEnv(gym.Env[str, str]):
         history = self.state.history
         self._last_obs = history[-1]["observation"] if history else task.problem_statement
         return self._last_obs, self._info(restored_from_step=self.state.steps)
+
+    def _restore_sandbox(self, task: Instance, workspace: Workspace) -> Sandbox:
+        """A started sandbox in the snapshot's workspace state.
+
+        A warm one from the pool when it has one ready; the pool refills after the apply,
+        so no container start competes with it. Without a pool, a new one whose history
+        scrub runs in the same command as the apply (one round trip after the start).
+        The env's current episode is untouched if this fails.
+        """
+        if workspace.image:
+            return self._new_sandbox(workspace.image).start()
+        pool = self.pool
+        sandbox = pool.acquire(task.image, refill=False) if pool else self._new_sandbox(task.image).start()
+        scrub = self.scrub_history and not pool  # a pool's sandboxes are scrubbed when made
+        prelude = f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {REPO_ROOT}" if scrub else ""
+        try:
+            apply_workspace(sandbox, REPO_ROOT, task.base_commit, workspace, prelude=prelude)
+        except BaseException:
+            threading.Thread(target=sandbox.close, name="swerl-close", daemon=True).start()
+            raise
+        finally:
+            if pool:
+                pool.prewarm(task.image)  # refill once the apply is done
+        return sandbox
 
     def close(self) -> None:
         self._release()

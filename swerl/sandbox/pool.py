@@ -43,14 +43,18 @@ class SandboxPool:
         with self._cond:
             self._refill_locked(image)
 
-    def acquire(self, image: str, wait: float = 120.0) -> Sandbox:
-        """A started sandbox of ``image``: a warm one if any, else one started now."""
+    def acquire(self, image: str, wait: float = 120.0, refill: bool = True) -> Sandbox:
+        """A started sandbox of ``image``: a warm one if any, else one started now.
+
+        ``refill=False`` leaves the refill to a later ``prewarm``, so a caller with more
+        work on its critical path (a restore) does not share the machine with a start."""
         with self._cond:
             if self._closed:
                 raise SandboxClosed("the sandbox pool is closed")
             self._cond.wait_for(lambda: self._idle[image] or not self._pending[image], timeout=wait)
             sandbox = self._idle[image].popleft() if self._idle[image] else None
-            self._refill_locked(image)
+            if refill:
+                self._refill_locked(image)
         if sandbox is not None and sandbox.alive:
             return sandbox
         if sandbox is not None:
