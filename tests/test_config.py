@@ -48,7 +48,7 @@ def test_rollout_command_runs_and_resumes(task_images, tmp_path):
            "task_ids=[swerl__textkit-1, swerl__tinyconf-1]", "rollout.num_actors=1"]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "[  2/2]" in r.stdout and "mean reward 1.000" in r.stdout
+    assert "[2/2]" in r.stdout and "mean reward 1.000" in r.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["resolved"] == 2 and summary["statuses"] == {"resolved": 2}
     again = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=600)
