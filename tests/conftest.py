@@ -70,6 +70,8 @@ def ray_session():
 
     tests_dir = os.path.dirname(__file__)
     path = os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))
+    if ray.is_initialized():  # a Ray an earlier module's code joined (ensure_ray): start from ours
+        ray.shutdown()
     ray.init(
         num_cpus=8,
         include_dashboard=False,

@@ -10,6 +10,16 @@ from swerl.tasks.instance import load_instances
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _own_ray():
+    """The bench joins (or starts) a Ray of its own; leave none behind for the next module."""
+    import ray
+
+    yield
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 def test_both_pipelines_give_the_gold_agent_the_same_rewards():
     """Two tasks at concurrency 2: every episode of both sides resolved, rewards keyed alike."""
     tasks = load_instances("swerl-mini")[:2]
