@@ -15,9 +15,8 @@ Wire protocol (all lengths in bytes, fields separated by one space)::
 
 The server needs only bash and coreutils. Each command runs as a fresh
 ``bash -c`` in its own process group (``set -m``), with stdout and stderr
-merged into one file in the order they were written: one fork per command on
-bash >= 5.1 (the floor: the command's own ``bash -c``), two on older bash. The
-timeout kills the whole group with SIGKILL. Output beyond the cap is sent as its head and tail.
+merged into one file in the order they were written. The timeout kills the
+whole group with SIGKILL. Output beyond the cap is sent as its head and tail.
 Replies are length-framed, so any bytes (NUL, invalid UTF-8) pass unharmed.
 
 Commands on one channel are serialized: the server runs one at a time and the
@@ -49,24 +48,6 @@ exec 3<>"$d/done"
 exec 2>>"$d/server.err"
 set -m
 err="$d/err"
-# bash >= 5.1 (wait -n -p): the command's subshell execs bash -c, one fork per
-# command. A timer started once ticks (SIGUSR1) every 0.25 s while a command
-# runs, which interrupts the wait to enforce the limits. Older bash: the subshell
-# forks bash -c and reports its exit over the done fifo (two forks).
-fast=0
-if ((BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1))) &&
-    mkfifo "$d/tick" && exec 4<>"$d/tick"; then
-    fast=1 srv=$$
-    (
-        trap - USR1
-        # armed (A) until disarmed (D); idle, it checks every 5 s that the server lives
-        while IFS= read -r -t 5 -N 1 c || kill -0 "$srv" 2>/dev/null; do
-            [ "$c" = A ] || continue
-            while ! IFS= read -r -t 0.25 -N 1 c; do kill -USR1 "$srv" 2>/dev/null || exit; done
-        done
-    ) <&4 >/dev/null 3>&- &
-    trap : USR1
-fi
 reply() {  # rc timed_out file
     # Small outputs are read and sent by bash builtins (NUL-delimited chunks),
     # which saves two fork+execs per command; large ones, and ones with many NUL
@@ -83,12 +64,6 @@ reply() {  # rc timed_out file
         [ "$big" = 0 ] && size=$((size + ${#part})) && [ "$size" -gt "$small" ] && big=1
     fi
     if [ "$big" = 0 ]; then
-        # One write for header and body when the output has no NUL byte (the common
-        # case): one frame on the channel, one wake-up of the client.
-        if ((n == 0)); then
-            printf 'R %s %s %s %s %s 0\n%s' "$id" "$1" "$2" "$size" "$size" "$part"
-            return
-        fi
         printf 'R %s %s %s %s %s 0\n' "$id" "$1" "$2" "$size" "$size"
         for ((i = 0; i < n; i++)); do printf '%s\0' "${parts[i]}"; done
         printf '%s' "$part"
@@ -118,50 +93,28 @@ while IFS=' ' read -r op id a b c e; do
         [ "$b" -gt 0 ] && IFS= read -r -N "$b" cwd
         [ "$c" -gt 0 ] && IFS= read -r -N "$c" cmd
         [ "$e" -gt 0 ] && IFS= read -r -N "$e" envs
-        ((fast)) && printf A >&4
         (
             if [ "$_lc" = __swerl_unset__ ]; then unset LC_ALL; else LC_ALL=$_lc; fi
             if ! cd -- "${cwd:-/}" 2>/dev/null; then
                 printf 'swerl: cannot run in %s: no such directory\n' "$cwd" >"$out"
-                ((fast)) || printf '%s 1\n' "$id" >&3
+                printf '%s 1\n' "$id" >&3
                 exit 1
             fi
             eval "$envs"
             [ "$fsize" -gt 0 ] && ulimit -f "$((fsize / 1024))"
             # Under memory pressure the kernel kills the command, not the server.
             echo 1000 2>/dev/null >/proc/self/oom_score_adj
-            ((fast)) && exec bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&- 4>&-
-            bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&- 4>&-
+            bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&-
             printf '%s %s\n' "$id" "$?" >&3
         ) &
         pid=$! to=0 rc= t0=${EPOCHREALTIME/./}
         limit=0 ticks=0
         [ "$a" != 0 ] && limit=$((${a%.*} * 1000000 + 10#${a#*.} * 1000))
-        while ((fast)); do
-            # returns with done set when the command ended, unset on a tick
-            done=
-            wait -n -p done "$pid"
-            rc=$?
-            [ -n "$done" ] && break
-            if [ "$limit" -gt 0 ] && [ $((${EPOCHREALTIME/./} - t0)) -ge "$limit" ]; then
-                to=1
-            elif (((ticks += 1) < 4 || ticks % 4 == 0)) &&
-                [ "$(stat -c %s -- "$out" 2>/dev/null || echo 0)" -gt "$maxout" ]; then
-                to=2
-            fi
-            if [ "$to" != 0 ]; then
-                kill -KILL -- "-$pid" 2>/dev/null
-                wait "$pid" 2>/dev/null
-                rc=137
-                break
-            fi
-        done
-        ((fast)) && printf D >&4
         # Wake every 0.25 s while a command runs, to enforce the timeout (no fork)
         # and the output limit (a stat fork: each tick for the first second, then
         # once a second; ulimit -f bounds the output file meanwhile). A quick
         # command returns at once.
-        while ((!fast)); do
+        while :; do
             line=
             if IFS= read -r -t 0.25 -u 3 line; then
                 :
@@ -184,13 +137,11 @@ while IFS=' ' read -r op id a b c e; do
             rid=${line%% *} rc=${line#* }
             [ "$rid" = "$id" ] && break
         done
-        if ((!fast)); then
-            if [ "$to" != 0 ]; then
-                kill -KILL -- "-$pid" 2>/dev/null
-                rc=137
-            fi
-            wait "$pid" 2>/dev/null
+        if [ "$to" != 0 ]; then
+            kill -KILL -- "-$pid" 2>/dev/null
+            rc=137
         fi
+        wait "$pid" 2>/dev/null
         reply "$rc" "$to" "$out"
         [ -n "$size_forked" ] && rm -f -- "$out"
         ;;
