@@ -62,13 +62,18 @@ def config_dirs(cwd: Path | None = None) -> list[Path]:
 def config_candidates(name: str | Path, cwd: Path | None = None) -> list[Path]:
     """The files ``name`` may mean, in order: the path as given, then ``NAME[.yaml]`` in ``config_dirs``.
 
-    A path with a directory in it (``configs/x.yaml``, ``/abs/x.yaml``) means only that path.
+    An absolute path means only that path; a relative one with a directory in it
+    (``clusters/kuberay``) is also looked for under each of ``config_dirs``.
     """
     p = Path(name)
-    if p.parent != Path("."):
+    if p.is_absolute():
         return [p]
-    names = [p.name] if p.suffix in (".yaml", ".yml") else [f"{p.name}.yaml", f"{p.name}.yml"]
-    return [p, *(d / n for d in config_dirs(cwd) for n in names)]
+    names = (
+        [p]
+        if p.suffix in (".yaml", ".yml")
+        else [p.with_name(f"{p.name}.yaml"), p.with_name(f"{p.name}.yml")]
+    )
+    return list(dict.fromkeys([p, *(d / n for d in config_dirs(cwd) for n in names)]))
 
 
 def find_config(name: str | Path, cwd: Path | None = None) -> Path:
@@ -82,6 +87,6 @@ def find_config(name: str | Path, cwd: Path | None = None) -> Path:
     dirs = config_dirs(cwd)
     known = sorted({f.stem for d in dirs for f in d.glob("*.y*ml")})
     raise ConfigError(
-        f"config {name} not found: not a file, nor in {' or '.join(map(str, dirs))} "
+        f"config {name} does not exist: not a file, nor in {' or '.join(map(str, dirs))} "
         f"(known names: {', '.join(known) or 'none'})"
     )

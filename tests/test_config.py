@@ -92,11 +92,16 @@ def test_config_names_resolve_in_cwd_first_then_bundled(tmp_path, monkeypatch):
 
 def test_unknown_config_name_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"config nosuch not found.*configs.*known names: .*default") as err:
+    with pytest.raises(
+        ConfigError, match=r"config nosuch does not exist: not a file.*configs.*known names: .*default"
+    ) as err:
         load_config("nosuch")
     assert str(tmp_path / "configs") in str(err.value)
     with pytest.raises(ConfigError, match="does not exist"):
-        load_config("configs/nosuch.yaml")  # a path means only that path
+        load_config(tmp_path / "nosuch.yaml")  # an absolute path means only that path
+    (tmp_path / "configs" / "sub").mkdir(parents=True)
+    (tmp_path / "configs" / "sub" / "mine.yaml").write_text("name: nested\n")
+    assert load_config("sub/mine").name == "nested"  # a relative path is also looked up under configs/
 
 
 def test_rollout_in_a_second_clone_uses_its_config_and_prints_it(task_images, tmp_path):

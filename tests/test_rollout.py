@@ -117,13 +117,41 @@ def test_sink_survives_a_partial_last_line(tmp_path, tasks):
     assert [e.task_id for e in JsonlSink.read(path)] == ["a", "c"]
 
 
-def test_infra_errors_are_retried_then_reported_never_zero(ray_session, tasks):
+class KillsItsSandboxes(GoldPolicy):
+    """Kills its run's containers before each episode's first action, from the driver: a sandbox
+    lost mid-episode (an OOM kill, a restarted daemon), the infra error a retry is for."""
+
+    placement = "driver"
+
+    def __init__(self, docker_client, run_id: str) -> None:
+        self.docker_client, self.run_id = docker_client, run_id
+
+    def act(self, state, observation):
+        if state.i == 0:
+            for c in swerl_containers_with_prefix(self.docker_client, self.run_id):
+                if c["State"] == "running":
+                    self.docker_client.api.kill(c["Id"])
+        return super().act(state, observation)
+
+
+def test_infra_errors_are_retried_then_reported_never_zero(ray_session, tasks, docker_client):
+    policy = KillsItsSandboxes(docker_client, "t-killed")
+    with RolloutRunner(
+        tasks[:1], policy, num_actors=2, max_retries=2, retry_delay=0.1, run_id="t-killed"
+    ) as r:
+        (ep,) = r.run()
+    assert ep.status == "infra_error" and ep.reward is None and ep.retries == 2
+    assert ep.error and "ImageMissing" not in ep.error
+    assert r.stats["retried"] == 2
+
+
+def test_a_missing_image_is_reported_at_once_not_retried(ray_session, tasks):
     broken = [t.__class__(**{**t.to_dict(), "image": "swerl-missing:nope"}) for t in tasks[:1]]
     with RolloutRunner(broken, GoldPolicy(), num_actors=2, max_retries=2) as r:
         (ep,) = r.run()
-    assert ep.status == "infra_error" and ep.reward is None and ep.retries == 2
-    assert "ImageMissing" in ep.error
-    assert r.stats["retried"] == 2
+    assert ep.status == "infra_error" and ep.reward is None and ep.retries == 0
+    assert "ImageMissing" in ep.error and "swerl tasks build-images" in ep.error
+    assert r.stats["retried"] == 0
 
 
 def test_replay_reissues_recorded_actions(ray_session, tasks):

@@ -245,7 +245,7 @@ def test_infra_errors_raise_and_are_never_a_reward(ray_session, missing_image_ta
     runner_kwargs = {"num_actors": 1, "max_retries": 1, "retry_delay": 0.1, "run_id": "t-skyrl-bad"}
     gen = SwerlGenerator(None, tok, path, runner_kwargs=runner_kwargs)
     try:
-        with pytest.raises(InfraError, match=r"no reward \(infra_error, after 1 retries\)"):
+        with pytest.raises(InfraError, match=r"no reward \(infra_error, after 0 retries\): ImageMissing"):
             asyncio.run(gen.generate({"prompts": [[]], "env_extras": [{"instance_id": task_id}]}))
     finally:
         gen.close()
