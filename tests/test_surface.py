@@ -230,6 +230,29 @@ def test_sigterm_is_an_interrupt_too(task_images, tmp_path, docker_client):
     assert leftovers(docker_client, run_id) == []
 
 
+def test_sigterm_while_ray_blocks_is_still_named_sigterm(ray_session):
+    """Ray's core worker hands a handler's exception back as a bare KeyboardInterrupt; the
+    run must still say SIGTERM (and exit 143), whichever moment the signal lands in."""
+    import threading
+
+    import ray
+
+    from swerl.rollout.run import SigtermAsInterrupt
+
+    @ray.remote
+    def slow() -> None:
+        time.sleep(60)
+
+    ref = slow.remote()
+    with SigtermAsInterrupt() as signals:
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        with pytest.raises(KeyboardInterrupt) as caught:
+            ray.wait([ref], timeout=30)
+        assert signals.interrupted(caught.value).signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is not signals._handle  # restored on the way out
+    ray.cancel(ref, force=True)
+
+
 # ------------------------------------------------ a missing image is final
 def test_missing_image_is_never_retried(task_images, ray_session):
     """Past the preflight (an image removed mid-run, a remote cluster): one attempt, the cause shown."""

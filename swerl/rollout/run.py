@@ -17,7 +17,6 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -125,31 +124,43 @@ def _local_ray(cfg: RolloutConfig) -> bool:
     return not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))
 
 
-def _raise_interrupted(signum: int, frame: object) -> None:
-    raise Interrupted(signum)
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
+class SigtermAsInterrupt:
     """SIGTERM (``ray job stop``, ``scancel``, ``kill``) stops the run like Ctrl-C: saved, sandboxes closed.
 
-    ``reinstall_sigterm()`` inside it takes the signal back from whoever took it (``ray.init``
-    installs its own handler); the handler from before is restored on the way out.
+    The handler remembers which signal came: a KeyboardInterrupt raised while Ray blocks in
+    ``ray.wait`` comes back out of Ray's core worker as a bare KeyboardInterrupt, so the
+    exception alone cannot say SIGTERM. ``reinstall()`` takes the signal back from whoever
+    took it (``ray.init`` installs its own handler); the one from before is restored on exit.
     """
-    try:
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: Any = None
+        self._installed = False
 
-def reinstall_sigterm() -> None:
-    with contextlib.suppress(ValueError):
-        signal.signal(signal.SIGTERM, _raise_interrupted)
+    def _handle(self, signum: int, frame: object) -> None:
+        self.signum = signum
+        raise Interrupted(signum)
+
+    def reinstall(self) -> None:
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            signal.signal(signal.SIGTERM, self._handle)
+
+    def interrupted(self, e: KeyboardInterrupt) -> Interrupted:
+        """What stopped the run, whatever shape the exception arrived in."""
+        return e if isinstance(e, Interrupted) else Interrupted(self.signum or signal.SIGINT)
+
+    def __enter__(self) -> SigtermAsInterrupt:
+        try:
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+        except ValueError:
+            pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous)
 
 
 def start_ray(runner: RolloutRunner) -> None:
@@ -204,7 +215,7 @@ def run_config(
     t0 = time.monotonic()
     new: list[Episode] = []
     interrupted: Interrupted | None = None
-    with sigterm_as_interrupt():
+    with SigtermAsInterrupt() as signals:
         try:
             import ray
 
@@ -216,7 +227,7 @@ def run_config(
                 progress.message(
                     f"Ray and {runner.num_actors} actor(s) ready in {time.monotonic() - t_ray:.1f} s"
                 )
-                reinstall_sigterm()  # ray.init took SIGTERM over
+                signals.reinstall()  # ray.init took SIGTERM over
                 progress.start(
                     total, len(previous), [e.reward for e in previous.values() if e.reward is not None]
                 )
@@ -227,7 +238,7 @@ def run_config(
             finally:
                 runner.close()  # also when stopped while starting: no actor or sandbox is left behind
         except KeyboardInterrupt as e:
-            interrupted = e if isinstance(e, Interrupted) else Interrupted(signal.SIGINT)
+            interrupted = signals.interrupted(e)
         finally:
             progress.stop()
     summary = summarize(list(_latest(cfg, runner).values()), time.monotonic() - t0) | {
