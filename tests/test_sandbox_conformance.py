@@ -45,6 +45,13 @@ def test_cwd_and_env(sandbox):
         sandbox.execute("true", env={"1BAD": "x"})
 
 
+def test_the_servers_own_locale_does_not_leak(sandbox):
+    """The server counts bytes under LC_ALL=C; a command sees the sandbox's own locale."""
+    assert sandbox.execute('echo "${LC_ALL-unset}"; env | grep -c ^LC_ALL=').output == "unset\n0\n"
+    r = sandbox.execute('echo "$LC_ALL"; printf %s "é" | wc -m', env={"LC_ALL": "C.UTF-8"})
+    assert r.output == "C.UTF-8\n1\n"  # one character in a UTF-8 locale (two bytes under C)
+
+
 def test_commands_are_stateless(sandbox):
     sandbox.execute("cd /tmp; export X=1")
     assert sandbox.execute("pwd; echo ${X:-unset}", cwd="/").output == "/\nunset\n"

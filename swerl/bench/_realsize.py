@@ -72,7 +72,7 @@ def build(
     out: Path | None = None,
     files: int = 8,
     tests: int = 60,
-    rounds: int = 5_000,
+    rounds: int = 30_000,
     instance_id: str = "swerl__bigsuite-1",
 ) -> Path:
     """Write ``out/tasks.jsonl`` and ``out/repos/swerl__bigsuite.bundle``; returns the task file."""

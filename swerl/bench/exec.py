@@ -25,6 +25,7 @@ from swerl.sandbox import make_sandbox
 from swerl.sandbox.base import SandboxConfig
 from swerl.sandbox.docker import _FrameReader, connect
 from swerl.sandbox.miniswe import MiniSweEnvironment
+from swerl.sandbox.shell import ReadBuffer
 from swerl.tasks.images import build_base_image
 
 COMMANDS = ["true", "echo hello", "ls /usr", "cat /etc/os-release", "pwd"]
@@ -58,31 +59,20 @@ class FloorChannel:
         raw = getattr(self._sock, "_sock", self._sock)
         self._send = raw.sendall
         self._reader = _FrameReader(raw)
-        self._buf = bytearray()
-        self._line()
+        self._in = ReadBuffer(self._next_chunk)
+        self._in.line()
 
-    def _line(self) -> bytes:
-        while (i := self._buf.find(b"\n")) < 0:
-            self._more()
-        line = bytes(self._buf[:i])
-        del self._buf[: i + 1]
-        return line
-
-    def _more(self) -> None:
+    def _next_chunk(self) -> bytes:
         chunk = self._reader.recv()
         if not chunk:
             raise SandboxError("the floor server's channel closed")
-        self._buf += chunk
+        return chunk
 
     def execute(self, command: str, cwd: str = "/") -> tuple[int, bytes]:
         cmd, cwd_b = command.encode(), cwd.encode()
         self._send(f"{len(cwd_b)} {len(cmd)}\n".encode() + cwd_b + cmd)
-        rc, n = (int(x) for x in self._line().split())
-        while len(self._buf) < n:
-            self._more()
-        out = bytes(self._buf[:n])
-        del self._buf[:n]
-        return rc, out
+        rc, n = (int(x) for x in self._in.line().split())
+        return rc, self._in.exact(n)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

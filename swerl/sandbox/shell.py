@@ -15,8 +15,9 @@ Wire protocol (all lengths in bytes, fields separated by one space)::
 
 The server needs only bash and coreutils. Each command runs as a fresh
 ``bash -c`` in its own process group (``set -m``), with stdout and stderr
-merged into one file in the order they were written. The timeout kills the
-whole group with SIGKILL. Output beyond the cap is sent as its head and tail.
+merged into one file in the order they were written: one fork per command on
+bash >= 5.1 (the floor: the command's own ``bash -c``), two on older bash. The
+timeout kills the whole group with SIGKILL. Output beyond the cap is sent as its head and tail.
 Replies are length-framed, so any bytes (NUL, invalid UTF-8) pass unharmed.
 
 Commands on one channel are serialized: the server runs one at a time and the
@@ -48,6 +49,24 @@ exec 3<>"$d/done"
 exec 2>>"$d/server.err"
 set -m
 err="$d/err"
+# bash >= 5.1 (wait -n -p): the command's subshell execs bash -c, one fork per
+# command. A timer started once ticks (SIGUSR1) every 0.25 s while a command
+# runs, which interrupts the wait to enforce the limits. Older bash: the subshell
+# forks bash -c and reports its exit over the done fifo (two forks).
+fast=0
+if ((BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1))) &&
+    mkfifo "$d/tick" && exec 4<>"$d/tick"; then
+    fast=1 srv=$$
+    (
+        trap - USR1
+        # armed (A) until disarmed (D); idle, it checks every 5 s that the server lives
+        while IFS= read -r -t 5 -N 1 c || kill -0 "$srv" 2>/dev/null; do
+            [ "$c" = A ] || continue
+            while ! IFS= read -r -t 0.25 -N 1 c; do kill -USR1 "$srv" 2>/dev/null || exit; done
+        done
+    ) <&4 >/dev/null 3>&- &
+    trap 'ticked=1' USR1
+fi
 reply() {  # rc timed_out file
     # Small outputs are read and sent by bash builtins (NUL-delimited chunks),
     # which saves two fork+execs per command; large ones, and ones with many NUL
@@ -64,6 +83,12 @@ reply() {  # rc timed_out file
         [ "$big" = 0 ] && size=$((size + ${#part})) && [ "$size" -gt "$small" ] && big=1
     fi
     if [ "$big" = 0 ]; then
+        # One write for header and body when the output has no NUL byte (the common
+        # case): one frame on the channel, one wake-up of the client.
+        if ((n == 0)); then
+            printf 'R %s %s %s %s %s 0\n%s' "$id" "$1" "$2" "$size" "$size" "$part"
+            return
+        fi
         printf 'R %s %s %s %s %s 0\n' "$id" "$1" "$2" "$size" "$size"
         for ((i = 0; i < n; i++)); do printf '%s\0' "${parts[i]}"; done
         printf '%s' "$part"
@@ -93,28 +118,60 @@ while IFS=' ' read -r op id a b c e; do
         [ "$b" -gt 0 ] && IFS= read -r -N "$b" cwd
         [ "$c" -gt 0 ] && IFS= read -r -N "$c" cmd
         [ "$e" -gt 0 ] && IFS= read -r -N "$e" envs
+        ((fast)) && printf A >&4
         (
-            if [ "$_lc" = __swerl_unset__ ]; then unset LC_ALL; else LC_ALL=$_lc; fi
+            # The server's LC_ALL=C is not exported when the sandbox had none, so only a
+            # sandbox that set one pays for restoring it (bash reloads the locale).
+            [ "$_lc" = __swerl_unset__ ] || LC_ALL=$_lc
             if ! cd -- "${cwd:-/}" 2>/dev/null; then
                 printf 'swerl: cannot run in %s: no such directory\n' "$cwd" >"$out"
-                printf '%s 1\n' "$id" >&3
+                ((fast)) || printf '%s 1\n' "$id" >&3
                 exit 1
             fi
             eval "$envs"
             [ "$fsize" -gt 0 ] && ulimit -f "$((fsize / 1024))"
             # Under memory pressure the kernel kills the command, not the server.
             echo 1000 2>/dev/null >/proc/self/oom_score_adj
-            bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&-
+            ((fast)) && exec bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&- 4>&-
+            bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&- 4>&-
             printf '%s %s\n' "$id" "$?" >&3
         ) &
         pid=$! to=0 rc= t0=${EPOCHREALTIME/./}
         limit=0 ticks=0
         [ "$a" != 0 ] && limit=$((${a%.*} * 1000000 + 10#${a#*.} * 1000))
+        while ((fast)); do
+            # wait returns when the command ends, or early on a tick (ticked=1).
+            # Ticked and the command gone: it ended meanwhile and bash reaped it;
+            # a second wait gives its saved status (127 if bash kept none).
+            ticked=0
+            wait "$pid"
+            rc=$?
+            ((ticked)) || break
+            if ! kill -0 "$pid" 2>/dev/null; then
+                wait "$pid"
+                r2=$?
+                ((r2 != 127 || rc == 138)) && rc=$r2
+                break
+            fi
+            if [ "$limit" -gt 0 ] && [ $((${EPOCHREALTIME/./} - t0)) -ge "$limit" ]; then
+                to=1
+            elif (((ticks += 1) < 4 || ticks % 4 == 0)) &&
+                [ "$(stat -c %s -- "$out" 2>/dev/null || echo 0)" -gt "$maxout" ]; then
+                to=2
+            fi
+            if [ "$to" != 0 ]; then
+                kill -KILL -- "-$pid" 2>/dev/null
+                wait "$pid" 2>/dev/null
+                rc=137
+                break
+            fi
+        done
+        ((fast)) && printf D >&4
         # Wake every 0.25 s while a command runs, to enforce the timeout (no fork)
         # and the output limit (a stat fork: each tick for the first second, then
         # once a second; ulimit -f bounds the output file meanwhile). A quick
         # command returns at once.
-        while :; do
+        while ((!fast)); do
             line=
             if IFS= read -r -t 0.25 -u 3 line; then
                 :
@@ -137,11 +194,13 @@ while IFS=' ' read -r op id a b c e; do
             rid=${line%% *} rc=${line#* }
             [ "$rid" = "$id" ] && break
         done
-        if [ "$to" != 0 ]; then
-            kill -KILL -- "-$pid" 2>/dev/null
-            rc=137
+        if ((!fast)); then
+            if [ "$to" != 0 ]; then
+                kill -KILL -- "-$pid" 2>/dev/null
+                rc=137
+            fi
+            wait "$pid" 2>/dev/null
         fi
-        wait "$pid" 2>/dev/null
         reply "$rc" "$to" "$out"
         [ -n "$size_forked" ] && rm -f -- "$out"
         ;;
@@ -229,6 +288,33 @@ class Reply:
         return self.head + f"\n[... swerl: {dropped} bytes of output truncated ...]\n".encode() + self.tail
 
 
+class ReadBuffer:
+    """Bytes received and not yet consumed, read off as lines or exact lengths.
+
+    ``next_chunk`` returns the next bytes of the stream, or raises in its owner's terms
+    (a broken channel, a timeout): the framing is shared, the error handling is not.
+    """
+
+    def __init__(self, next_chunk: Callable[[], bytes]) -> None:
+        self._next_chunk = next_chunk
+        self._buf = bytearray()
+
+    def line(self) -> bytes:
+        """The next line, without its newline."""
+        while (i := self._buf.find(b"\n")) < 0:
+            self._buf += self._next_chunk()
+        line = bytes(self._buf[:i])
+        del self._buf[: i + 1]
+        return line
+
+    def exact(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            self._buf += self._next_chunk()
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+
 class ShellChannel:
     """Client of SERVER_SCRIPT over any duplex byte stream.
 
@@ -246,7 +332,7 @@ class ShellChannel:
         self._send = send
         self._recv = recv
         self._set_timeout = set_timeout
-        self._buf = bytearray()
+        self._in = ReadBuffer(self._next_chunk)
         self._lock = threading.Lock()
         self._ids = 0
         self._broken: str | None = None
@@ -254,7 +340,7 @@ class ShellChannel:
         self.server_pid: int | None = None
 
     # ----------------------------------------------------------------- framing
-    def _fill(self) -> None:
+    def _next_chunk(self) -> bytes:
         try:
             chunk = self._recv()
         except TimeoutError as e:
@@ -263,21 +349,7 @@ class ShellChannel:
             raise self._break(f"channel error: {e}") from e
         if not chunk:
             raise self._break("the command server's channel closed (the sandbox died?)")
-        self._buf += chunk
-
-    def _readline(self) -> bytes:
-        while (i := self._buf.find(b"\n")) < 0:
-            self._fill()
-        line = bytes(self._buf[:i])
-        del self._buf[: i + 1]
-        return line
-
-    def _readexact(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            self._fill()
-        data = bytes(self._buf[:n])
-        del self._buf[:n]
-        return data
+        return chunk
 
     def _break(self, why: str) -> SandboxError:
         self._broken = why
@@ -296,7 +368,7 @@ class ShellChannel:
         except OSError as e:
             raise self._break(f"cannot send the server script: {e}") from e
         while True:
-            line = self._readline()
+            line = self._in.line()
             if line.startswith(b"SWERL-READY"):
                 self.server_pid = int(line.split()[1])
                 return
@@ -312,11 +384,11 @@ class ShellChannel:
                 self._send(f"{header.format(id=rid)}\n".encode() + payload)
             except OSError as e:
                 raise self._break(f"cannot send to the command server: {e}") from e
-            fields = self._readline().split()
+            fields = self._in.line().split()
             if len(fields) != 7 or fields[0] != b"R" or int(fields[1]) != rid:
                 raise self._break(f"protocol error: unexpected reply {fields[:7]!r}")
             rc, to, total, head, tail = (int(f) for f in fields[2:])
-            return Reply(rc, to, total, self._readexact(head), self._readexact(tail))
+            return Reply(rc, to, total, self._in.exact(head), self._in.exact(tail))
 
     def execute(
         self, command: str, cwd: str, timeout: float, env: dict[str, str] | None = None
