@@ -52,6 +52,23 @@ def test_the_servers_own_locale_does_not_leak(sandbox):
     assert r.output == "C.UTF-8\n1\n"  # one character in a UTF-8 locale (two bytes under C)
 
 
+def test_a_late_timer_tick_between_commands_does_not_end_the_server(sandbox):
+    """The server's timer ticks it (SIGUSR1) while a command runs, and a loaded box can
+    deliver a tick after the command ended: one landing while the server idles is ignored."""
+    server = sandbox._channel.server_pid
+    ticks = f"for i in $(seq 20); do sleep 0.05; kill -USR1 {server}; done"
+    assert sandbox.execute(f"({ticks}) >/dev/null 2>&1 &").returncode == 0
+    time.sleep(1.2)  # the ticks land while no command runs
+    assert sandbox.execute("echo alive").output == "alive\n"
+    assert sandbox.execute(f"{ticks}; echo done").output == "done\n"  # and while one runs
+
+
+def test_a_command_does_not_inherit_the_servers_ignored_signals(sandbox):
+    """The server ignores SIGUSR1 between commands; a command gets the default."""
+    mask = int(sandbox.execute("grep SigIgn: /proc/self/status").output.split()[1], 16)
+    assert not mask & (1 << (10 - 1)), f"SIGUSR1 ignored in the command (SigIgn {mask:#x})"
+
+
 def test_commands_are_stateless(sandbox):
     sandbox.execute("cd /tmp; export X=1")
     assert sandbox.execute("pwd; echo ${X:-unset}", cwd="/").output == "/\nunset\n"

@@ -65,7 +65,13 @@ if ((BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1))) 
             while ! IFS= read -r -t 0.25 -N 1 c; do kill -USR1 "$srv" 2>/dev/null || exit; done
         done
     ) <&4 >/dev/null 3>&- &
-    trap 'ticked=1' USR1
+    # Ticks are caught only while the server waits on a command. Anywhere else a
+    # caught signal would end a blocking read early (the request loop's, which
+    # would end the server), so a late tick, sent after D by a timer the scheduler
+    # held back, is ignored there. Ignored is not inherited by the command: its
+    # subshell is forked while the trap is set, and a trapped signal is reset to
+    # its default in a child.
+    trap '' USR1
 fi
 reply() {  # rc timed_out file
     # Small outputs are read and sent by bash builtins (NUL-delimited chunks),
@@ -118,7 +124,7 @@ while IFS=' ' read -r op id a b c e; do
         [ "$b" -gt 0 ] && IFS= read -r -N "$b" cwd
         [ "$c" -gt 0 ] && IFS= read -r -N "$c" cmd
         [ "$e" -gt 0 ] && IFS= read -r -N "$e" envs
-        ((fast)) && printf A >&4
+        ((fast)) && trap 'ticked=1' USR1 && printf A >&4
         (
             # The server's LC_ALL=C is not exported when the sandbox had none, so only a
             # sandbox that set one pays for restoring it (bash reloads the locale).
@@ -166,7 +172,7 @@ while IFS=' ' read -r op id a b c e; do
                 break
             fi
         done
-        ((fast)) && printf D >&4
+        ((fast)) && trap '' USR1 && printf D >&4
         # Wake every 0.25 s while a command runs, to enforce the timeout (no fork)
         # and the output limit (a stat fork: each tick for the first second, then
         # once a second; ulimit -f bounds the output file meanwhile). A quick
