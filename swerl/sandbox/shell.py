@@ -15,9 +15,10 @@ Wire protocol (all lengths in bytes, fields separated by one space)::
 
 The server needs only bash and coreutils. Each command runs as a fresh
 ``bash -c`` in its own process group (``set -m``), with stdout and stderr
-merged into one file in the order they were written: one fork per command on
-bash >= 5.1 (the floor: the command's own ``bash -c``), two on older bash. The
-timeout kills the whole group with SIGKILL. Output beyond the cap is sent as its head and tail.
+merged into one file in the order they were written: one fork per command (the
+floor: the command's own ``bash -c``). A watchdog process started with the
+server kills the whole group with SIGKILL at the timeout. Output beyond the cap
+is sent as its head and tail.
 Replies are length-framed, so any bytes (NUL, invalid UTF-8) pass unharmed.
 
 Commands on one channel are serialized: the server runs one at a time and the
@@ -44,35 +45,44 @@ maxout=${2:-67108864}
 fsize=${3:-0}
 small=$((cap < 65536 ? cap : 65536))
 d=$(mktemp -d /tmp/.swerl.XXXXXXXX) || exit 90
-mkfifo "$d/done" || exit 91
-exec 3<>"$d/done"
+mkfifo "$d/ctl" "$d/verdict" || exit 91
+exec 3<>"$d/verdict" 4<>"$d/ctl"
 exec 2>>"$d/server.err"
+trap 'rm -rf -- "$d"' EXIT
 set -m
 err="$d/err"
-# bash >= 5.1 (wait -n -p): the command's subshell execs bash -c, one fork per
-# command. A timer started once ticks (SIGUSR1) every 0.25 s while a command
-# runs, which interrupts the wait to enforce the limits. Older bash: the subshell
-# forks bash -c and reports its exit over the done fifo (two forks).
-fast=0
-if ((BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1))) &&
-    mkfifo "$d/tick" && exec 4<>"$d/tick"; then
-    fast=1 srv=$$
-    (
-        trap - USR1
-        # armed (A) until disarmed (D); idle, it checks every 5 s that the server lives
-        while IFS= read -r -t 5 -N 1 c || kill -0 "$srv" 2>/dev/null; do
-            [ "$c" = A ] || continue
-            while ! IFS= read -r -t 0.25 -N 1 c; do kill -USR1 "$srv" 2>/dev/null || exit; done
+# Each command's subshell execs bash -c (one fork) and the server blocks in
+# `wait` for it. The limits are a watchdog's job, a process started once: told
+# "A id pid limit" when a command starts and "D" when it ended, it kills the
+# command's group at the timeout or when its output grows too big, and writes its
+# verdict (before the kill) for the server to read after the wait. The server
+# is never signalled: a signal caught while bash waits can land just as the
+# kernel hands over the child's status, and bash then loses it and waits forever.
+(
+    now() { if [ -n "$EPOCHREALTIME" ]; then t=${EPOCHREALTIME/./}; else t=$(date +%s%6N); fi; }
+    while IFS=' ' read -r op cid cpid climit; do
+        [ "$op" = A ] || continue
+        now
+        t0=$t ticks=0 to=0
+        until IFS= read -r -t 0.25 msg; do
+            # the timer fired mid-line: the rest of the (atomically written) line is there
+            [ -n "$msg" ] && IFS= read -r rest && break
+            now
+            if [ "$climit" -gt 0 ] && [ $((t - t0)) -ge "$climit" ]; then
+                to=1
+            elif (((ticks += 1) < 4 || ticks % 4 == 0)) &&
+                [ "$(stat -c %s -- "$d/out.$cid" 2>/dev/null || echo 0)" -gt "$maxout" ]; then
+                to=2
+            fi
+            if [ "$to" != 0 ]; then
+                printf '%s %s\n' "$cid" "$to" >&3
+                kill -KILL -- "-$cpid" 2>/dev/null
+                IFS= read -r msg
+                break
+            fi
         done
-    ) <&4 >/dev/null 3>&- &
-    # Ticks are caught only while the server waits on a command. Anywhere else a
-    # caught signal would end a blocking read early (the request loop's, which
-    # would end the server), so a late tick, sent after D by a timer the scheduler
-    # held back, is ignored there. Ignored is not inherited by the command: its
-    # subshell is forked while the trap is set, and a trapped signal is reset to
-    # its default in a child.
-    trap '' USR1
-fi
+    done
+) <"$d/ctl" >/dev/null 4>&- &  # read-only: end of file once the server is gone
 reply() {  # rc timed_out file
     # Small outputs are read and sent by bash builtins (NUL-delimited chunks),
     # which saves two fork+execs per command; large ones, and ones with many NUL
@@ -124,89 +134,33 @@ while IFS=' ' read -r op id a b c e; do
         [ "$b" -gt 0 ] && IFS= read -r -N "$b" cwd
         [ "$c" -gt 0 ] && IFS= read -r -N "$c" cmd
         [ "$e" -gt 0 ] && IFS= read -r -N "$e" envs
-        ((fast)) && trap 'ticked=1' USR1 && printf A >&4
         (
             # The server's LC_ALL=C is not exported when the sandbox had none, so only a
             # sandbox that set one pays for restoring it (bash reloads the locale).
             [ "$_lc" = __swerl_unset__ ] || LC_ALL=$_lc
             if ! cd -- "${cwd:-/}" 2>/dev/null; then
                 printf 'swerl: cannot run in %s: no such directory\n' "$cwd" >"$out"
-                ((fast)) || printf '%s 1\n' "$id" >&3
                 exit 1
             fi
             eval "$envs"
             [ "$fsize" -gt 0 ] && ulimit -f "$((fsize / 1024))"
             # Under memory pressure the kernel kills the command, not the server.
             echo 1000 2>/dev/null >/proc/self/oom_score_adj
-            ((fast)) && exec bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&- 4>&-
-            bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&- 4>&-
-            printf '%s %s\n' "$id" "$?" >&3
+            exec bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&- 4>&-
         ) &
-        pid=$! to=0 rc= t0=${EPOCHREALTIME/./}
-        limit=0 ticks=0
+        pid=$!
+        limit=0
         [ "$a" != 0 ] && limit=$((${a%.*} * 1000000 + 10#${a#*.} * 1000))
-        while ((fast)); do
-            # wait returns when the command ends, or early on a tick (ticked=1).
-            # Ticked and the command gone: it ended meanwhile and bash reaped it;
-            # a second wait gives its saved status (127 if bash kept none).
-            ticked=0
-            wait "$pid"
-            rc=$?
-            ((ticked)) || break
-            if ! kill -0 "$pid" 2>/dev/null; then
-                wait "$pid"
-                r2=$?
-                ((r2 != 127 || rc == 138)) && rc=$r2
-                break
-            fi
-            if [ "$limit" -gt 0 ] && [ $((${EPOCHREALTIME/./} - t0)) -ge "$limit" ]; then
-                to=1
-            elif (((ticks += 1) < 4 || ticks % 4 == 0)) &&
-                [ "$(stat -c %s -- "$out" 2>/dev/null || echo 0)" -gt "$maxout" ]; then
-                to=2
-            fi
-            if [ "$to" != 0 ]; then
-                kill -KILL -- "-$pid" 2>/dev/null
-                wait "$pid" 2>/dev/null
-                rc=137
-                break
-            fi
+        printf 'A %s %s %s\n' "$id" "$pid" "$limit" >&4
+        wait "$pid"
+        rc=$?
+        printf 'D\n' >&4
+        # A verdict of an earlier command (its watchdog fired as it ended) is dropped.
+        to=0
+        while read -r -t 0 -u 3; do
+            IFS=' ' read -r -u 3 vid vto
+            [ "$vid" = "$id" ] && to=$vto && rc=137
         done
-        ((fast)) && trap '' USR1 && printf D >&4
-        # Wake every 0.25 s while a command runs, to enforce the timeout (no fork)
-        # and the output limit (a stat fork: each tick for the first second, then
-        # once a second; ulimit -f bounds the output file meanwhile). A quick
-        # command returns at once.
-        while ((!fast)); do
-            line=
-            if IFS= read -r -t 0.25 -u 3 line; then
-                :
-            elif [ -n "$line" ]; then
-                # the timer fired mid-line: the rest of the (atomically written) line is there
-                IFS= read -r -u 3 rest
-                line+=$rest
-            else
-                if [ "$limit" -gt 0 ] && [ $((${EPOCHREALTIME/./} - t0)) -ge "$limit" ]; then
-                    to=1
-                    break
-                fi
-                if (((ticks += 1) < 4 || ticks % 4 == 0)) &&
-                    [ "$(stat -c %s -- "$out" 2>/dev/null || echo 0)" -gt "$maxout" ]; then
-                    to=2
-                    break
-                fi
-                continue
-            fi
-            rid=${line%% *} rc=${line#* }
-            [ "$rid" = "$id" ] && break
-        done
-        if ((!fast)); then
-            if [ "$to" != 0 ]; then
-                kill -KILL -- "-$pid" 2>/dev/null
-                rc=137
-            fi
-            wait "$pid" 2>/dev/null
-        fi
         reply "$rc" "$to" "$out"
         [ -n "$size_forked" ] && rm -f -- "$out"
         ;;
