@@ -238,7 +238,15 @@ def test_eval_rerun_skips_graded_and_bad_files_lose_nothing(eval_run):
 
 
 # ----------------------------------------------------------------- sandbox
+def _swerl_containers_of(docker_client, image: str) -> dict[str, str]:
+    """Id -> status of the swerl-labelled containers of an image (stopped ones too)."""
+    found = docker_client.containers.list(all=True, filters={"ancestor": image, "label": "swerl.owner=swerl"})
+    return {c.id: c.status for c in found}
+
+
 def test_sandbox_shell_reads_commands_from_a_pipe(task_images, docker_client):
+    image = SUITE["swerl__textkit-1"].image
+    before = _swerl_containers_of(docker_client, image)  # earlier tests' sandboxes may still be going
     script = "cat README.md | head -1\ngit rev-parse HEAD\nfalse\necho $PWD\nexit\necho never\n"
     r = run_cli("sandbox", "shell", "swerl__textkit-1", input=script)
     assert r.returncode == 0, r.stderr
@@ -246,8 +254,8 @@ def test_sandbox_shell_reads_commands_from_a_pipe(task_images, docker_client):
     assert "[exit 1]" in r.stdout and "/testbed" in r.stdout and "never" not in r.stdout
     r = run_cli("sandbox", "shell", "swerl__textkit-1", "--json", input="echo hi\n")
     assert [json.loads(line)["output"] for line in r.stdout.splitlines()] == ["hi\n"]
-    leftovers = docker_client.containers.list(all=True, filters={"ancestor": SUITE["swerl__textkit-1"].image})
-    assert not [c for c in leftovers if c.labels.get("swerl.owner")], "the shell's sandbox was not removed"
+    left = {i: st for i, st in _swerl_containers_of(docker_client, image).items() if i not in before}
+    assert not left, f"the shell's sandboxes were not removed: {left}"
     assert run_cli("sandbox", "shell", "nope__x-1", input="exit\n").returncode == 2
 
 
