@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
 import pytest
 
 from swerl.errors import BackendUnavailable, ImageMissing, SandboxError
 from swerl.sandbox.base import OWNER_LABEL, RUN_LABEL, SandboxConfig
 from swerl.sandbox.docker import DockerSandbox, connect, reap
+from swerl.sandbox.shell import SERVER_DIED
 
 
 def test_security_defaults(base_image, sandbox_config, docker_client):
@@ -75,6 +80,41 @@ def test_container_killed_from_outside_is_an_infra_error(base_image, sandbox_con
         with pytest.raises(SandboxError):
             sb.execute("sleep 5")
         assert not sb.alive
+
+
+def test_no_exec_per_sandbox_the_server_is_the_inits_child(base_image, sandbox_config, docker_client):
+    with DockerSandbox(base_image, sandbox_config) as sb:
+        attrs = docker_client.api.inspect_container(sb.container_id)
+        assert not attrs.get("ExecIDs")  # the channel is the container's own stdin and stdout
+        assert attrs["HostConfig"]["LogConfig"]["Type"] == "none"  # replies are not logged to disk
+        server = sb._channel.server_pid
+        assert sb.execute(f"cat /proc/{server}/status | grep PPid").output.split() == ["PPid:", "1"]
+
+
+def test_a_sandbox_whose_client_died_stops_on_its_own(base_image, sandbox_config, docker_client):
+    """The process holding the sandbox is killed without closing it: the server reads end
+    of file and the container stops (the reaper only has a stopped container to remove)."""
+    code = (
+        "import sys, time\n"
+        "from swerl.sandbox.base import SandboxConfig\n"
+        "from swerl.sandbox.docker import DockerSandbox\n"
+        f"sb = DockerSandbox({base_image!r}, SandboxConfig(run_id={sandbox_config.run_id!r})).start()\n"
+        "print(sb.container_id, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        cid = holder.stdout.readline().strip()
+        assert docker_client.api.inspect_container(cid)["State"]["Running"]
+    finally:
+        holder.kill()
+        holder.wait()
+    deadline = time.monotonic() + 20
+    while docker_client.api.inspect_container(cid)["State"]["Running"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    state = docker_client.api.inspect_container(cid)["State"]
+    assert not state["Running"] and state["ExitCode"] == SERVER_DIED
+    docker_client.api.remove_container(cid, force=True)
 
 
 def test_sandboxes_share_one_client_and_are_reaped_concurrently(base_image, docker_client):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -102,11 +103,12 @@ class EnvActorImpl:
 
         env, rec = self.envs[slot], self._recorders[slot]
         decision = Decision(action, policy_info or {})
+        t = time.monotonic()
         obs, reward, terminated, truncated, info = env.step(action)
         rec.step_done(decision, obs, reward, info)
         if terminated or truncated:
             return obs, {"done": True, "episode": rec.finish(reward, info).to_dict()}
-        return obs, {"done": False}
+        return obs, {"done": False, "duration": time.monotonic() - t}  # the env's own time, no Ray
 
     def step_many(
         self, items: list[tuple[int, str, dict[str, Any] | None]]

@@ -91,7 +91,9 @@ reply() {  # rc timed_out file
     size_forked=
     local -a parts=()
     if [ -s "$3" ]; then
-        while IFS= read -r -d '' part; do
+        # -n bounds each read: bash reads a large output with no NUL byte (a text file
+        # of megabytes) a character at a time, ~14 ns a byte, before it could tell.
+        while IFS= read -r -d '' -n "$((small + 1))" part; do
             parts[n++]=$part
             size=$((size + ${#part} + 1))
             if ((size > small || n > 64)); then big=1; break; fi
@@ -201,6 +203,20 @@ done
 INIT_SCRIPT = 'trap "exit 0" TERM INT; sleep "$1" & wait $!'
 """PID 1 of every sandbox (``bash -c INIT_SCRIPT swerl-init LIFETIME``): reaps orphans and
 exits when the lifetime is over, so a sandbox left behind ends on its own."""
+
+SERVER_DIED = 3
+"""How :data:`ATTACHED_INIT` exits when the command server died (not the lifetime, not a kill)."""
+ATTACHED_INIT = (
+    'trap "exit 0" TERM INT; sleep "$1" & z=$!; shift; "$@" <&0 & s=$!; exec 0</dev/null; '
+    'while kill -0 "$s" 2>/dev/null && kill -0 "$z" 2>/dev/null; do wait -n; done; '
+    f'kill -0 "$s" 2>/dev/null && exit 0; exit {SERVER_DIED}'
+)
+"""PID 1 that runs the command server itself, on the sandbox's own stdin and stdout
+(``bash -c ATTACHED_INIT swerl-init LIFETIME SERVER-ARGV...``): a backend that can attach
+to its container's main process needs no second process launch (a ``docker exec``) per
+sandbox. It reaps orphans like :data:`INIT_SCRIPT` and ends with the lifetime, and it
+ends the sandbox with exit code :data:`SERVER_DIED` when the server dies (so the backend
+can tell that from a kill), or when the client goes away (the server reads end of file)."""
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
