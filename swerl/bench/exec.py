@@ -137,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
                 if backend != "docker":
                     results[f"swerl {backend}"] = _time_calls(lambda c, sb=sb: sb.execute(c, cwd="/"), args.n)
                 else:
-                    # The floor in the same container, over the same kind of exec socket,
-                    # in rounds alternating with swerl's so both see the same load.
+                    # The floor in the same container, over a persistent exec socket (swerl's
+                    # is the container's attach socket: the same path through dockerd), in
+                    # rounds alternating with swerl's so both see the same load.
                     floor = FloorChannel(sb.container_id)
                     try:
                         _time_calls(floor.execute, 20)

@@ -1,8 +1,9 @@
 """The in-sandbox command server and its client, shared by every backend.
 
 A backend's only job is to start a sandbox and give us one duplex byte stream
-to ``bash -c SERVER_SCRIPT`` running inside it (a docker exec socket, the stdin
-and stdout of ``enroot start``, a Kubernetes exec websocket). Over that stream
+to ``bash -c SERVER_SCRIPT`` running inside it (a docker attach socket to the
+container's own stdin and stdout, the stdin and stdout of ``enroot start``, a
+Kubernetes exec websocket). Over that stream
 every command costs a couple of forks inside the sandbox instead of a new
 ``docker exec``.
 
