@@ -240,3 +240,15 @@ def test_a_failing_prelude_is_a_sandbox_error_and_nothing_is_applied(env_pair, t
     with pytest.raises(SandboxError, match="prepare the sandbox"):
         apply_workspace(a.sandbox, "/testbed", tasks[0].base_commit, ws, prelude="echo no; false")
     assert a.sandbox.execute("git status --porcelain", cwd="/testbed").output == ""
+
+
+def test_the_replaced_sandbox_is_removed_in_the_background_and_waited_for(env_pair, tasks, docker_client):
+    a, b = env_pair
+    a.reset(options={"task": tasks[0].instance_id})
+    b.reset(options={"task": tasks[0].instance_id})
+    replaced = b.sandbox.container_id
+    b.restore(a.snapshot())
+    assert b.sandbox.container_id != replaced
+    b.wait_closed()
+    assert not docker_client.api.containers(all=True, filters={"id": replaced})
+    assert b.step(actions.bash("echo still here"))[0].endswith("still here\n</output>")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
@@ -116,59 +117,61 @@ def _episode_overhead(task, cfg: SandboxConfig, steps: int, n: int) -> tuple[flo
     return local, remote
 
 
-def _ray_overhead(task, cfg: SandboxConfig, n: int, batch: int) -> dict[str, float]:
+def _ray_overhead(task, cfg: SandboxConfig, n: int, batch: int, blocks: int = 10) -> dict[str, float]:
     """Seconds per env step, policy in the driver: in-process, and through one actor.
 
     One env: ``step`` (one call per step). ``batch`` envs, all stepped each round:
     in-process on a thread per env (as the actor does), through the actor with one
     ``step`` call per env (unbatched), and with one ``step_many`` per round (batched).
+    The variants run in ``blocks`` alternating blocks of ``n / blocks`` steps, so drift on
+    a noisy box (per-step costs here moved 2x within minutes) falls on all of them alike;
+    each figure is the median over blocks, and ``"<actor variant> - <local variant>"`` keys
+    hold the median of the per-block differences.
     """
     step = actions.bash("echo hi")
     kwargs = {"max_steps": 0, "max_repeats": 0, "pool_size": 0}
-    out: dict[str, float] = {}
     envs = [SWEEnv([task], sandbox_config=cfg, **kwargs) for _ in range(batch)]
-    try:
-        for env in envs:
-            env.reset(options={"task": task.instance_id})
-        with ThreadPoolExecutor(batch) as pool:
-            for name, k in (("local 1", 1), (f"local {batch}", batch)):
-
-                def round_(k=k) -> None:
-                    if k == 1:
-                        envs[0].step(step)
-                    else:
-                        list(pool.map(lambda e: e.step(step), envs[:k]))
-
-                out[name] = _per_step(round_, n // k, k)
-    finally:
-        for env in envs:
-            env.close()
     actor = EnvActor.options(num_cpus=0.1, max_concurrency=batch + 4).remote(
         [task], batch, f"{cfg.run_id}-overhead", kwargs
     )
     try:
+        for env in envs:
+            env.reset(options={"task": task.instance_id})
         ray.get([actor.reset.remote(i, task.instance_id, i) for i in range(batch)])
         items = [(i, step, None) for i in range(batch)]
-        rounds = {
-            "actor 1 step": (lambda: ray.get(actor.step.remote(0, step)), 1),
-            f"actor {batch} step": (
-                lambda: ray.get([actor.step.remote(i, step) for i in range(batch)]),
-                batch,
-            ),
-            f"actor {batch} step_many": (lambda: ray.get(actor.step_many.remote(items)), batch),
-        }
-        for name, (round_, k) in rounds.items():
-            out[name] = _per_step(round_, n // k, k)
+        with ThreadPoolExecutor(batch) as pool:
+            variants = {
+                "local 1": (lambda: envs[0].step(step), 1),
+                f"local {batch}": (lambda: list(pool.map(lambda e: e.step(step), envs)), batch),
+                "actor 1 step": (lambda: ray.get(actor.step.remote(0, step)), 1),
+                f"actor {batch} step": (
+                    lambda: ray.get([actor.step.remote(i, step) for i in range(batch)]),
+                    batch,
+                ),
+                f"actor {batch} step_many": (lambda: ray.get(actor.step_many.remote(items)), batch),
+            }
+            for round_, _k in variants.values():  # warm up every path first
+                for _ in range(5):
+                    round_()
+            per_block: dict[str, list[float]] = {name: [] for name in variants}
+            for _ in range(blocks):
+                for name, (round_, k) in variants.items():
+                    per_block[name].append(_per_step(round_, max(1, n // blocks) // k, k))
     finally:
+        for env in envs:
+            env.close()
         ray.get(actor.close.remote())
         ray.kill(actor)
+    out = {name: statistics.median(xs) for name, xs in per_block.items()}
+    for remote, local in (("actor 1 step", "local 1"), (f"actor {batch} step", f"local {batch}"),
+                          (f"actor {batch} step_many", f"local {batch}")):  # fmt: skip
+        diffs = [r - loc for r, loc in zip(per_block[remote], per_block[local], strict=True)]
+        out[f"{remote} - {local}"] = statistics.median(diffs)
     return out
 
 
 def _per_step(round_, rounds: int, k: int) -> float:
-    """Seconds per env step of ``rounds`` rounds of ``k`` steps each (after 5 warm-up rounds)."""
-    for _ in range(5):
-        round_()
+    """Seconds per env step of ``rounds`` rounds of ``k`` steps each."""
     t = time.perf_counter()
     for _ in range(max(1, rounds)):
         round_()
@@ -275,18 +278,25 @@ def main(argv: list[str] | None = None) -> int:
         f"driver, {b} envs, batched (step_many)": (f"actor {b} step_many", f"local {b}"),
         "actor-placed policy (run_episode)": ("episode actor", "episode local"),
     }
+
+    def added_ms(o: dict[str, float], r: str, loc: str) -> float:
+        return 1000 * o.get(f"{r} - {loc}", o[r] - o[loc])
+
     rows = [
         [
             name,
-            *(f"{(o[r] - o[loc]) * 1000:.2f}" for o in overheads),
+            *(f"{added_ms(o, r, loc):.2f}" for o in overheads),
             f"{min(o[loc] for o in overheads) * 1000:.2f}",
         ]
         for name, (r, loc) in added.items()
     ]
     heads = [f"run {i + 1}" for i in range(len(overheads))]
-    print(f"ms Ray adds per env step (through an actor minus in-process), {len(overheads)} runs:")
+    print(
+        f"ms Ray adds per env step (through an actor minus in-process; driver rows: median over "
+        f"alternating blocks), {len(overheads)} runs:"
+    )
     print(table(["policy placement", *heads, "in-process ms/step"], rows))
-    batched = max(o[f"actor {b} step_many"] - o[f"local {b}"] for o in overheads)
+    batched = max(added_ms(o, f"actor {b} step_many", f"local {b}") for o in overheads) / 1000
     print(watch.report())
     print(
         watch.verdict(

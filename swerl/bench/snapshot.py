@@ -83,12 +83,15 @@ def main(argv: list[str] | None = None) -> int:
                     cold_t.append(taken + time.perf_counter() - t)
                     while warm.pool.idle(task.image) == 0:  # a warm restore: the pool has one ready
                         time.sleep(0.05)
+                    for env in (cold, warm):  # and no removal of a replaced sandbox runs beside it
+                        env.wait_closed()
                     t = time.perf_counter()
                     snap = src.snapshot()
                     warm.restore(snap)
                     warm_t.append(time.perf_counter() - t)
                     while warm.pool.idle(task.image) == 0:  # the refill done: the peer runs alone
                         time.sleep(0.05)
+                    warm.wait_closed()
 
                     t = time.perf_counter()
                     image = src.sandbox.commit(repository="swerl-bench-commit")

@@ -292,10 +292,16 @@ class SWEEnv(gym.Env[str, str]):
                 pool.prewarm(task.image)  # refill once the apply is done
         return sandbox
 
-    def close(self) -> None:
-        self._release()
+    def wait_closed(self) -> None:
+        """Wait until every sandbox this env handed off (at reset, restore, or the end of an
+        episode) is removed: their removal runs in the background, off reset's path."""
         for closer in self._closing:
             closer.join()
+        self._closing = []
+
+    def close(self) -> None:
+        self._release()
+        self.wait_closed()
         if self.pool:
             self.pool.close()
         super().close()
