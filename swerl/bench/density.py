@@ -152,10 +152,6 @@ class Fleet:
     failures: list[str] = field(default_factory=list)
     lost: int = 0
     steps: int = 0
-    think: float = 0.0
-    """Mean seconds an active env waits between its steps (the policy's turn); 0: closed loop."""
-    exec_times: list[float] = field(default_factory=list)
-    """The env's own time for each step, measured in the actor (no Ray)."""
 
     def slots(self) -> list[tuple[int, int]]:
         return [(a, s) for s in range(self.per_actor) for a in range(len(self.actors))]
@@ -189,8 +185,10 @@ class Fleet:
             self.held.append((a, s))
         return time.monotonic() - t0, latencies
 
-    def step(self, slot: tuple[int, int], n: int, think: float = 0.0) -> list[float]:
-        """``n`` bash steps on one held env, each checked for its own answer; their seconds.
+    def step(self, slot: tuple[int, int], n: int, think: float = 0.0) -> list[tuple[float, float | None]]:
+        """``n`` bash steps on one held env, each checked for its own answer; for each, its
+        seconds from the driver and in the actor (the env's own step, no Ray; None for a
+        step that ended the episode).
 
         ``think``: mean seconds between steps (uniform in [0.5, 1.5] x think)."""
         a, s = slot
@@ -211,9 +209,7 @@ class Fleet:
                 self.failures.append(f"Ray: {e}")
                 self.lost += 1
                 return out
-            out.append(time.perf_counter() - t)
-            if info.get("duration") is not None:
-                self.exec_times.append(info["duration"])
+            out.append((time.perf_counter() - t, info.get("duration")))
             if info.get("done"):
                 self.failures.append(info["episode"].get("error") or "episode ended")
                 self.held.remove(slot)
@@ -231,11 +227,14 @@ class Fleet:
         driver, the same steps' seconds in the actor, steps per second overall)."""
         active = self.held[:m]
         self.steps += 1
-        self.exec_times = []
         t = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, len(active))) as ex:
-            steps_s = [x for lat in ex.map(lambda sl: self.step(sl, steps, think), active) for x in lat]
-        return steps_s, list(self.exec_times), len(steps_s) / (time.perf_counter() - t)
+            timed = [x for lat in ex.map(lambda sl: self.step(sl, steps, think), active) for x in lat]
+        return (
+            [d for d, _ in timed],
+            [e for _, e in timed if e is not None],
+            len(timed) / (time.perf_counter() - t),
+        )
 
     def check_all(self) -> int:
         """Every held env answers its own command; returns how many did not."""
@@ -348,20 +347,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"failures by limit: {dict(failures) or 'none'}; first limit hit: {first_limit or 'none'}")
     print(f"lost or mis-routed episodes: {fleet.lost} (must be 0)")
     reached = max((r[0] for r in rows), default=0)
-    paced = [r for r in rows if float(r[2]) > 0]
+    col = {name: i for i, name in enumerate(HEADER)}
+    paced = [r for r in rows if float(r[col["think"]]) > 0]
     if paced:
-        worst = max(float(r[11]) for r in paced)
+        worst = max(float(r[col["exec p99"]]) for r in paced)
         print(
             watch.verdict(
                 f"{sizes[-1]} held, p99 exec of the active envs < 50 ms with a policy's turn between steps",
                 reached >= sizes[-1] and worst < 50,
             )
         )
-    closed = [r for r in rows if float(r[2]) == 0]
+    closed = [r for r in rows if float(r[col["think"]]) == 0]
     if closed:
         print(
             "closed loop (no think time): "
-            + "; ".join(f"{r[0]} held, {r[1]} active: {r[14]} steps/s, exec p99 {r[11]} ms" for r in closed)
+            + "; ".join(
+                f"{r[col['held']]} held, {r[col['active']]} active: {r[col['steps/s']]} steps/s, "
+                f"exec p99 {r[col['exec p99']]} ms"
+                for r in closed
+            )
             + " (latency there is queueing for the 2 cores, not the sandbox)"
         )
     return 0 if fleet.lost == 0 else 1

@@ -217,8 +217,9 @@ class DockerSandbox(ChannelSandbox):
                     self.image,
                     command=["bash", "-c", ATTACHED_INIT, "swerl-init", lifetime, *server_command(cfg)],
                     entrypoint=[],
-                    stdin_open=True,  # not detached: stdin closes with the client, the server reads
-                    tty=False,  # end of file, and the sandbox stops (StdinOnce)
+                    # Not detached, so StdinOnce: stdin closes with the client, the server reads
+                    # end of file, and the sandbox stops.
+                    stdin_open=True,
                     name=self.name,
                     labels=cfg.all_labels(),
                     environment=dict(cfg.env),
