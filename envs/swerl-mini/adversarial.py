@@ -431,7 +431,7 @@ def _plugin(task: str) -> str:
 
 KINDS: list[dict] = []
 for _t in PROJECT:
-    _pkg, _short = PROJECT[_t], PROJECT[_t][:4]  # noqa: RUF001
+    _pkg, _short = PROJECT[_t], PROJECT[_t][:4]
     KINDS += [
         {
             "name": f"escaped-conftest-ignored-{_short}",

@@ -22,7 +22,8 @@ from pathlib import PurePosixPath
 # One record per entry: "type mode size mtime inode" NUL path NUL (directories are not listed).
 LIST_TREE = r"find . -xdev ! -type d -printf '%y %m %s %T@ %i\0%P\0'"
 GIT_INTERNAL_OK = frozenset({".git/index"})
-"""The only path under .git that the harness's own ``git apply --3way`` may rewrite."""
+"""What under .git the harness's own ``git apply --3way`` may rewrite; it also writes and
+freshens (re-times) objects, which are content-addressed and inert (``.git/objects/``)."""
 
 TEST_DIRS = frozenset({"tests"})
 INFRA_NAMES = {
@@ -95,11 +96,11 @@ def infra_reason(path: str, instance_tests: Iterable[str] = ()) -> str:
         return "under a test directory"
     if "__pycache__" in p.parts[:-1]:
         return "compiled bytecode"
-    if any(part.endswith(METADATA_DIRS) for part in p.parts[:-1]):
+    if any(part.lower().endswith(METADATA_DIRS) for part in p.parts[:-1]):  # importlib.metadata ignores case
         return "package metadata (plugin entry points)"
     if p.name in INFRA_NAMES:
         return INFRA_NAMES[p.name]
-    return next((why for suf, why in INFRA_SUFFIXES.items() if p.name.endswith(suf)), "")
+    return next((why for suf, why in INFRA_SUFFIXES.items() if p.name.lower().endswith(suf)), "")
 
 
 def top_module(path: str, after: Iterable[str] = ()) -> str:
@@ -138,7 +139,7 @@ def classify(
     ch = Change()
     for path in sorted(before.keys() | after.keys()):
         b, a = before.get(path), after.get(path)
-        if a == b or path in GIT_INTERNAL_OK:
+        if a == b or path in GIT_INTERNAL_OK or path.startswith(".git/objects/"):
             continue
         why = infra_reason(path, tests)
         if not why and a is not None and a.kind != "f":
