@@ -22,6 +22,9 @@ SUITE = ROOT / "envs" / "swerl-mini"
 ADVERSARIAL = [json.loads(line) for line in (SUITE / "adversarial_patches.jsonl").read_text().splitlines()]
 ATTACKS = [r for r in ADVERSARIAL if r["kind"] == "adversarial"]
 CONTROLS = [r for r in ADVERSARIAL if r["kind"] == "control"]
+OFFICIAL_CHECKED = [
+    r for r in ADVERSARIAL if r["kind"] == "control" or not r["name"].endswith(("-inte", "-tiny"))
+]
 
 
 # --------------------------------------------------------------- the allowlist
@@ -210,10 +213,13 @@ def test_fail_only_needs_a_clean_exit_instead_of_presence(tk1):
 # -------------------------------------------------- the adversarial suite (Docker)
 @pytest.fixture(scope="module")
 def suite_grades(suite, task_images, run_id):
-    """Every adversarial patch and control graded in both modes, four at a time."""
+    """Every adversarial patch and control graded in strict mode, and in official mode every
+    control and all but the per-project copies of an attack kind (their official verdicts
+    are recorded by the generator, which grades everything in both modes); six at a time."""
     by_id = {i.instance_id: i for i in suite}
     factory = docker_factory(timeout=120, run_id=run_id)
-    jobs = [(r, mode) for r in ADVERSARIAL for mode in ("official", "strict")]
+    jobs = [(r, "strict") for r in ADVERSARIAL]
+    jobs += [(r, "official") for r in OFFICIAL_CHECKED]
 
     def run(job):
         rec, mode = job
@@ -221,7 +227,7 @@ def suite_grades(suite, task_images, run_id):
         inst = Instance.from_dict({**base.to_dict(), "eval_type": rec.get("eval_type", base.eval_type)})
         return grade(inst, rec["patch"], sandbox_factory=factory, mode=mode)
 
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(6) as pool:
         results = list(pool.map(run, jobs))
     return {(rec["name"], mode): res for (rec, mode), res in zip(jobs, results, strict=True)}
 
@@ -234,7 +240,7 @@ def test_every_attack_scores_zero_in_strict_mode_with_a_reason(suite_grades, rec
     assert res.to_dict()["integrity"] == res.integrity.to_dict()
 
 
-@pytest.mark.parametrize("rec", ADVERSARIAL, ids=[r["name"] for r in ADVERSARIAL])
+@pytest.mark.parametrize("rec", OFFICIAL_CHECKED, ids=[r["name"] for r in OFFICIAL_CHECKED])
 def test_official_verdicts_are_the_recorded_ones(suite_grades, rec):
     """The README's table of which attacks fool the official reading stays true."""
     res = suite_grades[rec["name"], "official"]
@@ -243,14 +249,42 @@ def test_official_verdicts_are_the_recorded_ones(suite_grades, rec):
 
 @pytest.mark.parametrize("rec", CONTROLS, ids=[r["name"] for r in CONTROLS])
 def test_legitimate_controls_score_one_in_both_modes(suite_grades, rec):
+    strict = suite_grades[rec["name"], "strict"]
     assert suite_grades[rec["name"], "official"].reward == 1.0
-    assert suite_grades[rec["name"], "strict"].reward == 1.0, suite_grades[rec["name"], "strict"].log[-2000:]
+    assert strict.reward == 1.0, (strict.integrity and strict.integrity.reasons(), strict.log[-2000:])
+    if rec["name"] != "gold-plus-own-test":  # its own test file is reverted, harmlessly
+        assert strict.integrity.clean, strict.integrity.reasons()
+
+
+def _kind(name: str) -> str:
+    """An attack's kind: its name less the project suffix of a per-project variant."""
+    return re.sub(r"-(text|inte|tiny)$", "", name)
 
 
 def test_readme_table_is_the_recorded_one():
     readme = (ROOT / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \| [^|]+ \| (yes|no) \|", readme, re.M))
-    assert rows == {r["name"]: "yes" if r["official"] == "resolved" else "no" for r in ATTACKS}
+    rows = {
+        k: (int(n), int(f))
+        for k, n, f, _ in re.findall(
+            r"^\| `([a-z0-9-]+)` \| [^|]+ \| (\d+) \| (\d+) of (\d+) \|", readme, re.M
+        )
+    }
+    want: dict[str, tuple[int, int]] = {}
+    for r in ATTACKS:
+        n, fooled = want.get(_kind(r["name"]), (0, 0))
+        want[_kind(r["name"])] = (n + 1, fooled + (r["official"] == "resolved"))
+    assert rows == want
+    assert all(r["strict"] == "unresolved" for r in ATTACKS) and all(
+        r["strict"] == "resolved" for r in CONTROLS
+    )
+
+
+def test_every_kind_has_a_variant_on_every_project():
+    projects: dict[str, set[str]] = {}
+    for r in ATTACKS:
+        projects.setdefault(_kind(r["name"]), set()).add(r["instance_id"].split("-")[0])
+    per_project = [k for k, p in projects.items() if len(p) > 1]
+    assert len(per_project) >= 14 and all(len(projects[k]) == 3 for k in per_project)
 
 
 def test_strict_mode_resolves_every_gold_patch(suite, factory_strict):
