@@ -80,7 +80,9 @@ from swerl.sandbox.enroot_jail import (
     limited_argv,
     make_limits,
     privilege_prefix,
+    write_etc,
 )
+from swerl.sandbox.seccomp import docker_default_bpf
 from swerl.sandbox.shell import ShellChannel, encode_env, server_command
 
 log = logging.getLogger(__name__)
@@ -342,6 +344,8 @@ def environment_block(config: SandboxConfig) -> bytes:
     Docker's defaults for PATH and HOME where still unset."""
     head = (
         'for v in $(compgen -e); do unset -v "$v" 2>/dev/null; done\n'
+        # bash gives itself an unexported PATH (ending in `.`) when it starts without one
+        "unset -v PATH HOME\n"
         "if [ -r /etc/environment ]; then\n"
         '  while IFS= read -r l || [ -n "$l" ]; do\n'
         '    case $l in [A-Za-z_]*=*) export "$l" ;; esac\n'
@@ -389,6 +393,10 @@ class _Container:
     log_path: Path | None = None
     pid_path: Path | None = None
     limits: Limits = field(default_factory=Limits)
+    bpf_path: Path | None = None
+    etc_dir: Path | None = None
+    syscall_filter: str = "none"
+    """``docker-default`` (Docker's default seccomp profile) or ``none``."""
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -414,9 +422,11 @@ class _Container:
             except SandboxError as e:
                 if "No such file or directory" not in str(e):  # reaped already
                     log.warning("cannot remove enroot container %s (reap it later): %s", self.name, e)
-        for path in (self.log_path, self.pid_path):
+        for path in (self.log_path, self.pid_path, self.bpf_path):
             if path:
                 path.unlink(missing_ok=True)
+        if self.etc_dir:
+            shutil.rmtree(self.etc_dir, ignore_errors=True)
 
     def stderr_tail(self) -> str:
         try:
@@ -449,6 +459,11 @@ class EnrootSandbox(ChannelSandbox):
         return dict(self._c.limits.applied) if self._c else {}
 
     @property
+    def syscall_filter(self) -> str:
+        """``docker-default`` (Docker's default seccomp profile, under ``isolation: swerl``) or ``none``."""
+        return self._c.syscall_filter if self._c else "none"
+
+    @property
     def memory_usage(self) -> int | None:
         """Bytes charged to the sandbox's memory cgroup (None without one)."""
         return self._c.limits.memory_usage() if self._c else None
@@ -465,6 +480,11 @@ class EnrootSandbox(ChannelSandbox):
         dirs = opts.dirs()
         _KNOWN_OPTIONS[(opts.binary, str(opts.root_dir), opts.data_dir)] = opts
         env = opts.process_env(dirs)
+        if jail:
+            # No user namespace: the jail's own namespaces, bounded capabilities and syscall filter
+            # isolate the sandbox as Docker's do, and setuid, su and chown are real (in a user
+            # namespace enroot's filter fakes them: they succeed and change nothing).
+            env["ENROOT_ALLOW_SUPERUSER"] = "y"
         if opts.launcher == "enroot" and shutil.which(opts.binary, path=env.get("PATH")) is None:
             # Checked here, not only when a command fails: a cached image needs no enroot call
             # before the start, and the start runs enroot under wrappers that hide a missing binary.
@@ -551,11 +571,27 @@ class EnrootSandbox(ChannelSandbox):
             argv.append("--root")  # the server may then bound its capabilities itself
         for m in opts.mounts:
             argv += ["-m", m]
-        argv += [target, *self._inner()]
-        c.limits = make_limits(self.name, cfg)
+        argv.append(target)
         if jail:
+            prog = docker_default_bpf(tuple(cfg.cap_add))  # refuses (BackendUnavailable) without libseccomp
+            c.limits = make_limits(self.name, cfg)
             c.pid_path = dirs["runtime"] / f"{self.name}.jail"
-            return jail_argv(self.name, argv, network=not isolate_net, lifetime=cfg.lifetime, limits=c.limits)
+            c.bpf_path = dirs["runtime"] / f"{self.name}.bpf"
+            c.bpf_path.write_bytes(prog)
+            c.etc_dir = write_etc(dirs["runtime"] / f"{self.name}.etc", network=not isolate_net)
+            c.syscall_filter = "docker-default"
+            return jail_argv(
+                self.name,
+                argv,
+                self._inner(),
+                network=not isolate_net,
+                lifetime=cfg.lifetime,
+                limits=c.limits,
+                bpf=c.bpf_path,
+                etc=c.etc_dir,
+            )
+        argv += self._inner()
+        c.limits = make_limits(self.name, cfg)
         if isolate_net:
             argv = ["unshare", "--net", "--", "sh", "-c", _LO_UP, "swerl-netns", *argv]
         if cfg.lifetime:
