@@ -27,7 +27,7 @@ from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxE
 from swerl.policies.scripted import GoldPolicy
 from swerl.sandbox.base import DEFAULT_CAPS
 from swerl.sandbox.docker import DockerSandbox
-from swerl.sandbox.enroot import EnrootSandbox, reap
+from swerl.sandbox.enroot import EnrootSandbox, pyxis_limit_args, reap, slurm_enforcement
 from swerl.tasks.instance import load_instances
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="swerl's isolation around enroot needs root")
@@ -346,9 +346,33 @@ def _has_pyxis() -> bool:
     return "--container-image" in out
 
 
+NO_LIMITS = {"memory": "", "cpus": 0.0, "pids_limit": 0}
+"""What a Pyxis sandbox must be given where Slurm does not enforce a step's limits."""
+
+
+def test_pyxis_refuses_limits_slurm_would_not_enforce(base_image, sandbox_config, monkeypatch, enroot_double):
+    monkeypatch.setenv("SLURM_JOB_ID", "999999999")
+    opts = {"launcher": "pyxis", "network_isolation": "none"}
+    with pytest.raises(
+        ConfigError, match=r"cannot enforce .*pids_limit \(Slurm has no per-step process limit"
+    ):
+        EnrootSandbox(base_image, sandbox_config.replace(memory="", cpus=0.0), **opts).start()
+    enforced = slurm_enforcement()
+    cfg = sandbox_config.replace(memory="256m", cpus=1.5, pids_limit=0)
+    if all(enforced.values()):
+        args, applied = pyxis_limit_args(cfg)
+        assert args == ["--mem=256M", "--cpus-per-task=2"] and applied["pids"] == "none (not asked)"
+    else:  # this machine's Slurm: TaskPlugin=task/none
+        with pytest.raises(ConfigError, match=r"cannot enforce memory \(srun --mem, enforced only with"):
+            EnrootSandbox(base_image, cfg, **opts).start()
+    args, applied = pyxis_limit_args(sandbox_config.replace(**NO_LIMITS))
+    assert args == [] and set(applied.values()) == {"none (not asked)"}
+
+
 def test_pyxis_srun_failure_names_srun_and_the_job(base_image, sandbox_config, monkeypatch, enroot_double):
     if not shutil.which("srun"):
         pytest.skip("no srun")
+    sandbox_config = sandbox_config.replace(**NO_LIMITS)
     monkeypatch.setenv("SLURM_JOB_ID", "999999999")  # no such job: the real srun fails
     sb = EnrootSandbox(base_image, sandbox_config, launcher="pyxis", network_isolation="none")
     with pytest.raises(SandboxError, match=r"srun \(job 999999999\)"):
@@ -403,7 +427,12 @@ def test_pyxis_partial_lines_binary_files_env_and_no_leftovers(
     monkeypatch.setenv("SLURM_JOB_ID", slurm_job)
     before = _node_containers()
     opts = {"launcher": "pyxis", "network_isolation": "none"}
-    with EnrootSandbox(base_image, sandbox_config.replace(workdir="/tmp"), **opts) as sb:
+    with EnrootSandbox(base_image, sandbox_config.replace(workdir="/tmp", **NO_LIMITS), **opts) as sb:
+        assert sb.limits == {
+            "memory": "none (not asked)",
+            "cpus": "none (not asked)",
+            "pids": "none (not asked)",
+        }
         assert sb.execute("printf abc", timeout=20).output == "abc"  # no newline: held without --unbuffered
         data = os.urandom(5000)
         sb.write_file("/tmp/blob", data)
@@ -412,3 +441,57 @@ def test_pyxis_partial_lines_binary_files_env_and_no_leftovers(
         shown = sb.execute("env").output
         assert "SLURM_" not in shown and "ENROOT_" not in shown, shown
     assert wait_until(lambda: _node_containers() == before, 10), _node_containers()
+
+
+# ------------------------------------------------------------------ syscall filter, network
+@needs_root
+def test_without_libseccomp_a_sandbox_is_refused_not_started_unfiltered(
+    base_image, sandbox_config, enroot_double, monkeypatch
+):
+    import sys
+
+    from swerl.sandbox import seccomp
+
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # the binding cannot be imported
+    seccomp.docker_default_bpf.cache_clear()
+    seccomp.known_syscalls.cache_clear()
+    try:
+        sb = EnrootSandbox(base_image, sandbox_config.replace(cap_add=("CHOWN", "SETUID")))
+        with pytest.raises(BackendUnavailable, match="libseccomp"):
+            sb.start()
+        assert not sb.alive
+    finally:
+        seccomp.docker_default_bpf.cache_clear()
+        seccomp.known_syscalls.cache_clear()
+
+
+@needs_root
+def test_cap_add_sys_admin_gives_back_what_docker_gives_back(base_image, sandbox_config, enroot_double):
+    with EnrootSandbox(base_image, sandbox_config) as sb:
+        assert sb.syscall_filter == "docker-default"
+        assert "Operation not permitted" in sb.execute("unshare --user true").output
+    with EnrootSandbox(
+        base_image, sandbox_config.replace(cap_add=(*sandbox_config.cap_add, "SYS_ADMIN"))
+    ) as sb:
+        assert sb.execute("unshare --user --mount true").returncode == 0
+
+
+@needs_root
+def test_network_true_is_the_host_network(base_image, sandbox_config, enroot_double):
+    """network: true starts (it failed on a busy sysfs) and shares the host's network namespace:
+    unlike Docker's bridge, services on the host's loopback are reachable."""
+    import socket
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    try:
+        with EnrootSandbox(base_image, sandbox_config.replace(network=True)) as sb:
+            seen = set(sb.execute("ls /sys/class/net").output.split())
+            assert seen == set(os.listdir("/sys/class/net"))
+            port = srv.getsockname()[1]
+            r = sb.execute(
+                f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)'"
+            )
+            assert r.returncode == 0, r.output
+            assert sb.execute("touch /sys/x").returncode != 0  # sysfs still read-only
+    finally:
+        srv.close()

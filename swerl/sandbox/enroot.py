@@ -70,6 +70,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from docker.utils import parse_bytes
+
 from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxError
 from swerl.sandbox.base import ChannelSandbox, SandboxConfig
 from swerl.sandbox.enroot_jail import (
@@ -476,6 +478,7 @@ class EnrootSandbox(ChannelSandbox):
         opts = self.options
         isolate_net = self._network_isolation()
         jail = self._jail()
+        pyxis_limits = pyxis_limit_args(self.config) if opts.launcher == "pyxis" else None
         self._check_user()
         dirs = opts.dirs()
         _KNOWN_OPTIONS[(opts.binary, str(opts.root_dir), opts.data_dir)] = opts
@@ -497,7 +500,9 @@ class EnrootSandbox(ChannelSandbox):
                 argv = self._enroot_argv(c, sqsh, dirs, jail, isolate_net)
                 penv = env
             else:
-                argv, penv = self._pyxis_argv(sqsh), self._pyxis_env(env)
+                assert pyxis_limits is not None
+                c.limits = Limits(applied=pyxis_limits[1])
+                argv, penv = self._pyxis_argv(sqsh, pyxis_limits[0]), self._pyxis_env(env)
                 c.what, c.grace = f"srun (job {os.environ['SLURM_JOB_ID']})", opts.cli_timeout
             self._launch(c, argv, penv, dirs)
         except BaseException:
@@ -598,7 +603,7 @@ class EnrootSandbox(ChannelSandbox):
             argv = ["timeout", "-s", "KILL", str(int(cfg.lifetime)), *argv]
         return limited_argv(argv, c.limits)
 
-    def _pyxis_argv(self, sqsh: Path) -> list[str]:
+    def _pyxis_argv(self, sqsh: Path, limit_args: list[str]) -> list[str]:
         cfg, opts = self.config, self.options
         job = os.environ.get("SLURM_JOB_ID")
         if not job:
@@ -625,6 +630,7 @@ class EnrootSandbox(ChannelSandbox):
             f"--container-workdir={cfg.workdir or '/'}",
         ]
         argv.append("--container-remap-root")
+        argv += limit_args
         if opts.mounts:
             argv.append(f"--container-mounts={','.join(opts.mounts)}")
         return [*argv, *opts.srun_args, *self._inner()]
@@ -686,6 +692,62 @@ class EnrootSandbox(ChannelSandbox):
             return ""
         rc = c.proc.poll()
         return f" ({c.what} exited {rc}: {c.stderr_tail()})" if rc is not None else ""
+
+
+def slurm_enforcement() -> dict[str, bool]:
+    """Whether this cluster's Slurm confines a step to its ``--mem`` and ``--cpus-per-task``
+    (TaskPlugin task/cgroup with ConstrainRAMSpace / ConstrainCores), from ``scontrol show config``."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "config"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    conf = {}
+    for line in out.splitlines():
+        key, eq, value = line.partition("=")
+        if eq:
+            conf[key.strip()] = value.strip()
+    cgroup = "task/cgroup" in conf.get("TaskPlugin", "")
+    yes = lambda key: conf.get(key, "").lower() == "yes"  # noqa: E731
+    return {"memory": cgroup and yes("ConstrainRAMSpace"), "cpus": cgroup and yes("ConstrainCores")}
+
+
+def pyxis_limit_args(config: SandboxConfig) -> tuple[list[str], dict[str, str]]:
+    """srun options for the sandbox's limits under Pyxis, and how each is enforced; a limit Slurm
+    would not enforce is a ConfigError (never a sandbox that silently runs unlimited)."""
+    memory = parse_bytes(config.memory) if config.memory else 0
+    enforced = slurm_enforcement() if (memory or config.cpus) else {}
+    args: list[str] = []
+    applied: dict[str, str] = {}
+    refused: list[str] = []
+    if memory and enforced["memory"]:
+        args.append(f"--mem={max(1, math.ceil(memory / 2**20))}M")
+        applied["memory"] = "slurm --mem (task/cgroup)"
+    elif memory:
+        refused.append(
+            "memory (srun --mem, enforced only with TaskPlugin=task/cgroup and ConstrainRAMSpace=yes)"
+        )
+    if config.cpus and enforced["cpus"]:
+        args.append(f"--cpus-per-task={max(1, math.ceil(config.cpus))}")
+        applied["cpus"] = "slurm --cpus-per-task, whole cpus (task/cgroup)"
+    elif config.cpus:
+        refused.append(
+            "cpus (srun --cpus-per-task, enforced only with TaskPlugin=task/cgroup and ConstrainCores=yes)"
+        )
+    if config.pids_limit:
+        refused.append("pids_limit (Slurm has no per-step process limit)")
+    if refused:
+        raise ConfigError(
+            "launcher: pyxis cannot enforce "
+            + "; ".join(refused)
+            + " on this cluster. Set those limits to 0 "
+            "in backend.sandbox to run without them (the Slurm job's own limits still apply), or use "
+            "launcher: enroot as root (a cgroup per sandbox)"
+        )
+    for what in ("memory", "cpus", "pids"):
+        applied.setdefault(what, "none (not asked)")
+    return args, applied
 
 
 def _writer(stdin: Any):

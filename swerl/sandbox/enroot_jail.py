@@ -415,7 +415,16 @@ def jail_argv(
     if not network:
         unshare.append("--net")
     life = str(max(1, int(lifetime))) if lifetime else "0"
-    jail = [sys.executable, "-I", "-S", "-c", JAIL_SETUP, f"{JAIL_MARK}:{name}", "0" if network else "1", life]
+    jail = [
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        JAIL_SETUP,
+        f"{JAIL_MARK}:{name}",
+        "0" if network else "1",
+        life,
+    ]
     jail += [str(etc), cgroup_spec(limits)]
     join = [sys.executable, "-I", "-S", "-c", JOIN_SCRIPT, str(bpf), str(len(enroot) + len(ANCHOR))]
     return limited_argv([*unshare, "--", *jail, *join, *enroot, *ANCHOR, *inner], limits)

@@ -36,7 +36,9 @@ BLOCKED: dict[str, str] = {
         ("create_module", "get_kernel_syms", "query_module", "nfsservctl", "uselib", "ustat", "sysfs"),
         ALWAYS,
     ),
-    **dict.fromkeys(("_sysctl", "vm86", "vm86old", "modify_ldt", "afs_syscall", "tuxcall", "vserver"), ALWAYS),
+    **dict.fromkeys(
+        ("_sysctl", "vm86", "vm86old", "modify_ldt", "afs_syscall", "tuxcall", "vserver"), ALWAYS
+    ),
     **dict.fromkeys(("security", "putpmsg", "getpmsg"), ALWAYS),
     **dict.fromkeys(("io_uring_setup", "io_uring_enter", "io_uring_register"), ALWAYS),
     **dict.fromkeys(
@@ -146,7 +148,9 @@ def docker_default_bpf(cap_add: tuple[str, ...]) -> bytes:
         f.add_rule(sc.ALLOW, "clone3")
     else:
         f.add_rule(sc.ALLOW, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_NAMESPACES, 0))
-        f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_NAMESPACES, CLONE_NAMESPACES))
+        f.add_rule(
+            sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_NAMESPACES, CLONE_NAMESPACES)
+        )
         # clone3 keeps the default action, ENOSYS
     for value in PERSONALITIES:
         f.add_rule(sc.ALLOW, "personality", sc.Arg(0, sc.EQ, value))
