@@ -224,7 +224,9 @@ def test_host_kernel_settings_sysfs_and_devices_are_out_of_reach(sandbox):
 
 
 @needs_root
-def test_capabilities_are_cap_add_and_other_users_are_refused(base_image, sandbox_config, enroot_double):
+def test_capabilities_are_cap_add_and_other_users_need_swerls_isolation(
+    base_image, sandbox_config, enroot_double
+):
     def bounding(sb) -> int:
         line = sb.execute("grep CapBnd /proc/self/status").output
         return int(line.split()[1], 16)
@@ -237,8 +239,8 @@ def test_capabilities_are_cap_add_and_other_users_are_refused(base_image, sandbo
         assert bounding(sb) == (1 << 0) | (1 << 5)
         assert sb.execute("touch /tmp/f && chown 0:0 /tmp/f").returncode == 0
         assert sb.execute("mknod /tmp/n c 1 3").returncode != 0  # no CAP_MKNOD
-    with pytest.raises(ConfigError, match=r"cannot run a sandbox as user 'nobody'.*uid map"):
-        EnrootSandbox(base_image, sandbox_config.replace(user="nobody")).start()
+    with pytest.raises(ConfigError, match=r"cannot run a sandbox as user 'nobody' without swerl's isolation"):
+        EnrootSandbox(base_image, sandbox_config.replace(user="nobody"), isolation="enroot").start()
     with pytest.raises(ConfigError, match="invalid capability"):
         EnrootSandbox(base_image, sandbox_config.replace(cap_add=("SYS ADMIN",))).start()
 
@@ -495,3 +497,17 @@ def test_network_true_is_the_host_network(base_image, sandbox_config, enroot_dou
             assert sb.execute("touch /sys/x").returncode != 0  # sysfs still read-only
     finally:
         srv.close()
+
+
+@needs_root
+@pytest.mark.parametrize("user", ["nobody", "65534:65534", "1234"])
+def test_user_is_dockers_user(user, base_image, sandbox_config, enroot_double, docker_client):
+    """No user namespace under swerl's isolation: ``user`` is a real uid, as in Docker."""
+    cfg = sandbox_config.replace(user=user)
+    show = "id; echo $HOME; grep CapEff /proc/self/status; touch /tmp/mine && stat -c %u:%g /tmp/mine"
+    with DockerSandbox(base_image, cfg, client=docker_client) as docker_sb:
+        expected = docker_sb.execute(show).output
+    with EnrootSandbox(base_image, cfg) as sb:
+        assert sb.execute(show).output == expected
+    with pytest.raises(ConfigError, match="invalid user"):
+        EnrootSandbox(base_image, cfg.replace(user="a b")).start()

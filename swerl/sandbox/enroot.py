@@ -479,7 +479,7 @@ class EnrootSandbox(ChannelSandbox):
         isolate_net = self._network_isolation()
         jail = self._jail()
         pyxis_limits = pyxis_limit_args(self.config) if opts.launcher == "pyxis" else None
-        self._check_user()
+        self._check_user(jail)
         dirs = opts.dirs()
         _KNOWN_OPTIONS[(opts.binary, str(opts.root_dir), opts.data_dir)] = opts
         env = opts.process_env(dirs)
@@ -523,13 +523,18 @@ class EnrootSandbox(ChannelSandbox):
             return False
         return True
 
-    def _check_user(self) -> None:
+    def _check_user(self, jail: bool) -> None:
         user = self.config.user or "root"
+        if jail:
+            if not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*(:[A-Za-z0-9_.][A-Za-z0-9_.-]*)?", user):
+                raise ConfigError(f"invalid user {user!r}: expected NAME, UID, NAME:GROUP or UID:GID")
+            return
         if user not in ROOT_USERS:
             raise ConfigError(
-                f"the enroot backend cannot run a sandbox as user {user!r}: Enroot maps only one uid into "
-                "a container (root, uid map `0 0 1`, or the calling user), so no other user exists there "
-                "to switch to. Use user: root (capabilities are still bounded to cap_add)"
+                f"the enroot backend cannot run a sandbox as user {user!r} without swerl's isolation "
+                "(isolation: swerl, as root): Enroot alone maps only one uid into a container (root, uid "
+                "map `0 0 1`, or the calling user), so no other user exists there to switch to. Use user: "
+                "root (capabilities are still bounded to cap_add)"
             )
 
     def _from_image(self) -> bool:
@@ -559,7 +564,11 @@ class EnrootSandbox(ChannelSandbox):
         """What enroot/srun runs in the container: privileges, then the environment, then the server."""
         n = len(environment_block(self.config))
         env_loader = ["bash", "-c", ENV_LOADER, "swerl-env", str(n)]
-        return [*privilege_prefix(self.config), *env_loader, *server_command(self.config)]
+        return [
+            *privilege_prefix(self.config, switch_user=self._jail()),
+            *env_loader,
+            *server_command(self.config),
+        ]
 
     def _enroot_argv(
         self, c: _Container, sqsh: Path, dirs: dict[str, Path], jail: bool, isolate_net: bool

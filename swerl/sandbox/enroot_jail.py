@@ -167,6 +167,11 @@ if os.path.exists("/dev/fuse"):
     os.unlink("/dev/fuse")
 if os.path.ismount("/etc/machine-id"):
     check(libc.umount2(b"/etc/machine-id", 2), "umount /etc/machine-id")
+# Enroot's tmpfs /tmp, /run and /run/lock (mode 755: only root could write there): the image's own
+# directories instead, on the writable layer, as in Docker.
+for path in ("/var/lock", "/run/lock", "/var/run", "/run", "/tmp"):
+    if os.path.ismount(path) and not os.path.islink(path):
+        check(libc.umount2(path.encode(), 2), "umount " + path)
 if os.path.ismount("/dev"):  # device nodes made in /dev stay inert, as in Docker (devices cgroup)
     check(libc.mount(b"/dev", b"/dev", None, 32 | 4096 | 2 | 4 | 8, None), "remount /dev nodev")
 """
@@ -438,19 +443,40 @@ if ! command -v setpriv >/dev/null 2>&1; then
         "capabilities to cap_add" >&2
     exit 127
 fi
-exec setpriv --bounding-set "$1" --inh-caps -all --no-new-privs -- "${@:2}"
+caps=$1 user=$2
+shift 2
+ids=()
+if [ -n "$user" ]; then  # as Docker's --user: NAME|UID[:GROUP|GID], groups from the image's /etc/group
+    u=${user%%:*} g=
+    [ "$u" = "$user" ] || g=${user#*:}
+    if ! uid=$(id -u "$u" 2>/dev/null); then
+        case $u in *[!0-9]*) echo "swerl: no user $u in the image's /etc/passwd" >&2; exit 126 ;; esac
+        uid=$u
+    fi
+    if [ -z "$g" ]; then
+        g=$(id -g "$u" 2>/dev/null || echo 0)
+    elif ! [[ $g =~ ^[0-9]+$ ]]; then
+        g=$(getent group "$g" | cut -d: -f3)
+        [ -n "$g" ] || { echo "swerl: no group ${user#*:} in the image's /etc/group" >&2; exit 126; }
+    fi
+    ids=(--reuid "$uid" --regid "$g" --clear-groups)
+    id "$u" >/dev/null 2>&1 && ids[4]=--init-groups  # the user's groups in the image
+fi
+exec setpriv --bounding-set "$caps" --inh-caps -all --no-new-privs "${ids[@]}" -- "$@"
 """
 
 ROOT_USERS = ("", "root", "0", "0:0", "root:root")
 
 
-def privilege_prefix(config: SandboxConfig) -> list[str]:
-    """argv prefix run inside the container: capabilities bounded to ``cap_add`` and
-    ``no_new_privs`` set (as Docker's ``cap_drop=ALL``, ``cap_add``, ``no-new-privileges``)."""
+def privilege_prefix(config: SandboxConfig, *, switch_user: bool = False) -> list[str]:
+    """argv prefix run inside the container: capabilities bounded to ``cap_add``, ``no_new_privs``
+    set (as Docker's ``cap_drop=ALL``, ``cap_add``, ``no-new-privileges``) and, with
+    ``switch_user`` (no user namespace: real uids), the uid, gid and groups of ``config.user``."""
     caps = []
     for cap in config.cap_add:
         m = _CAP.match(cap.strip())
         if not m:
             raise ConfigError(f"invalid capability in cap_add: {cap!r}")
         caps.append("+all" if m.group(1).upper() == "ALL" else f"+{m.group(1).lower()}")
-    return ["bash", "-c", PRIVILEGE_SCRIPT, "swerl-priv", ",".join(["-all", *caps])]
+    user = config.user if switch_user and config.user not in ROOT_USERS else ""
+    return ["bash", "-c", PRIVILEGE_SCRIPT, "swerl-priv", ",".join(["-all", *caps]), user]
