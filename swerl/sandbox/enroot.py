@@ -22,15 +22,15 @@ Lifecycle, all through the ``enroot`` CLI as subprocesses:
    (by the pid file each one keeps in the runtime directory).
 
 Isolation (``isolation: auto``: ``swerl`` as root, else ``enroot``): as root, swerl runs
-``enroot start`` inside its own pid, mount, uts, ipc and (``network: false``) network
-namespaces with a safe /proc, /sys and /dev, a cgroup with the memory/cpu/pids limits and
-the sandbox's lifetime (see ``enroot_jail.py``); everything the sandbox started dies with
-it. ``isolation: enroot`` (non-root) is Enroot's own: user and mount namespaces, host pids
-visible, no limits beyond rlimits and the Slurm job's cgroup, and the network isolated only
-with ``unshare --net`` (root) or accepted with ``network_isolation: none``. In both, the
-server runs under ``setpriv``: capabilities bounded to ``cap_add`` and ``no_new_privs``.
-``SandboxConfig.user`` must be root: Enroot maps one uid into a container, so there is no
-other user to switch to (a ConfigError says so). The enroot process itself gets a clean environment (PATH, HOME, USER,
+``enroot start`` (no user namespace) inside its own pid, mount, uts, ipc, cgroup and
+(``network: false``) network namespaces with a safe /proc, /sys and /dev, a cgroup with the
+memory/cpu/pids limits and the sandbox's lifetime, then enters the container to load Docker's
+default syscall filter and switch to ``SandboxConfig.user`` (see ``enroot_jail.py``);
+everything the sandbox started dies with it. ``isolation: enroot`` (non-root) is Enroot's
+own: user and mount namespaces, host pids visible, no syscall filter, root only, no limits
+beyond rlimits and the Slurm job's cgroup, and the network isolated only with ``unshare
+--net`` (root) or accepted with ``network_isolation: none``. In both, the server runs under
+``setpriv``: capabilities bounded to ``cap_add`` and ``no_new_privs``. The enroot process itself gets a clean environment (PATH, HOME, USER,
 LOGNAME, ENROOT_* site settings, swerl's ENROOT_*_PATH, ``enroot_env``): API keys in the host
 environment never reach a sandbox. swerl's directories (``$XDG_CACHE_HOME/swerl/enroot`` or
 ``~/.cache/swerl/enroot``, or ``root``/$SWERL_ENROOT_ROOT) are created mode 0700; a

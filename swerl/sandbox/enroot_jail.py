@@ -11,23 +11,23 @@ inside namespaces of its own and gives it safe ones to bind:
 - a pid namespace with its own ``/proc`` (host processes are invisible), whose
   pid 1 is a bash that reaps orphans; when it exits the kernel kills everything
   the sandbox started, however detached (``setsid``, ``nohup``);
-- ``/proc/sys``, ``/proc/sysrq-trigger``, ``/proc/irq``, ``/proc/bus``, ``/proc/fs``
-  read-only and ``/proc/kcore``, ``keys``, ``timer_list``, ``sched_debug`` masked
-  (Docker's list);
+- Docker's read-only and masked /proc and /sys paths;
 - a fresh read-only sysfs (of the sandbox's own network namespace, so only ``lo``)
-  and read-only cgroup mounts;
-- a ``/dev`` with only null, zero, full, random, urandom, tty, fuse (squashfuse
-  needs it), a private devpts, shm and mqueue: no host disks;
-- uts (hostname ``sandbox``) and ipc namespaces, and a network namespace with only
-  ``lo`` unless the sandbox may use the network.
+  with only the sandbox's own cgroups, read-only;
+- a ``/dev`` with only null, zero, full, random, urandom, tty, a private devpts, shm
+  and mqueue (and fuse for enroot's squashfuse, removed before the sandbox runs);
+- uts (hostname ``sandbox``), ipc and cgroup namespaces, a network namespace with only
+  ``lo`` unless the sandbox may use the network, and Docker's hosts, hostname and
+  resolv.conf where enroot binds the host's.
 
-These mounts are made by real root in namespaces owned by the host's user
-namespace, so inside enroot's user namespace they are locked: the sandbox can
-neither unmount them nor remount them writable, nor mount a new proc or sysfs.
-Capabilities are bounded to ``cap_add`` and ``no_new_privs`` is set by ``setpriv``
-inside the container (see ``privilege_prefix``). Limits: a cgroup per sandbox (memory, cpu, pids) where
-swerl may create one, else rlimits (address space; processes per uid for a
-non-root user), see ``Limits``.
+Enroot runs with ``ENROOT_ALLOW_SUPERUSER=y``: no user namespace, so uids are real (setuid,
+su and chown work, ``user`` is honoured) instead of faked by Enroot's own seccomp filter. What
+keeps the sandbox in, as in Docker, is then: capabilities bounded to ``cap_add`` and
+``no_new_privs`` (``setpriv`` in the container, see ``privilege_prefix``), and Docker's
+default syscall filter (``seccomp.py``), loaded by ``JOIN_SCRIPT`` after Enroot's setup (it
+needs mounts and namespaces) and before the sandbox's first command. Limits: a cgroup per
+sandbox (memory, cpu, pids) where swerl may create one, else rlimits (address space;
+processes per uid for a non-root user), see ``Limits``.
 """
 
 from __future__ import annotations
