@@ -442,6 +442,17 @@ def test_pyxis_partial_lines_binary_files_env_and_no_leftovers(
         assert sb.execute("pwd").output == "/tmp\n"
         shown = sb.execute("env").output
         assert "SLURM_" not in shown and "ENROOT_" not in shown, shown
+        mark = marker()
+        host = subprocess.Popen(["bash", "-c", f"exec -a {mark}-host sleep 120"])
+        try:  # a pid namespace of its own: no host process in sight, detached ones die on close
+            assert sb.execute(f"ps -eo args | grep -c '^{mark}' || true").output.strip() == "0"
+            sb.execute(f"setsid bash -c 'exec -a {mark}-a sleep 300' >/dev/null 2>&1 &")
+            sb.execute(f"nohup bash -c 'exec -a {mark}-b sleep 300' >/dev/null 2>&1 &")
+            assert wait_until(lambda: len(host_pids(mark)) == 3), host_pids(mark)
+        finally:
+            host.kill()
+            host.wait()
+    assert wait_until(lambda: not host_pids(mark), 10), host_pids(mark)
     assert wait_until(lambda: _node_containers() == before, 10), _node_containers()
 
 

@@ -642,7 +642,11 @@ class EnrootSandbox(ChannelSandbox):
         argv += limit_args
         if opts.mounts:
             argv.append(f"--container-mounts={','.join(opts.mounts)}")
-        return [*argv, *opts.srun_args, *self._inner()]
+        # A pid namespace of the sandbox's own inside Pyxis's container (its user namespace has the
+        # capabilities): host processes are invisible, and when the server exits the kernel kills
+        # everything the sandbox started, even setsid/nohup ones.
+        pidns = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
+        return [*argv, *opts.srun_args, *pidns, *self._inner()]
 
     def _pyxis_env(self, env: dict[str, str]) -> dict[str, str]:
         """What srun needs and nothing else: no SLURM_* of this job (--jobid names it), no ENROOT_*
