@@ -594,6 +594,7 @@ class EnrootSandbox(ChannelSandbox):
             c.bpf_path.write_bytes(prog)
             c.etc_dir = write_etc(dirs["runtime"] / f"{self.name}.etc", network=not isolate_net)
             c.syscall_filter = "docker-default"
+            quiet = passwd_hooks(opts.binary, c.env)
             return jail_argv(
                 self.name,
                 argv,
@@ -603,6 +604,7 @@ class EnrootSandbox(ChannelSandbox):
                 limits=c.limits,
                 bpf=c.bpf_path,
                 etc=c.etc_dir,
+                skip=quiet,
             )
         argv += self._inner()
         c.limits = make_limits(self.name, cfg)
@@ -705,6 +707,26 @@ class EnrootSandbox(ChannelSandbox):
             return ""
         rc = c.proc.poll()
         return f" ({c.what} exited {rc}: {c.stderr_tail()})" if rc is not None else ""
+
+
+def passwd_hooks(binary: str, env: dict[str, str]) -> list[str]:
+    """Enroot's ``10-shadow.sh`` hooks (site and user config), which rewrite the image's
+    /etc/passwd and /etc/group (mode 0600, entries dropped) for a user namespace's mapped user.
+    Without a user namespace the jail mounts them non-executable, so Enroot skips them and the
+    image's files stay as in Docker."""
+    sysconf = env.get("ENROOT_SYSCONF_PATH", "")
+    if not sysconf:
+        path = shutil.which(binary, path=env.get("PATH"))
+        try:
+            text = Path(path).read_text(errors="replace") if path else ""
+        except OSError:
+            text = ""
+        m = re.search(r'config::export ENROOT_SYSCONF_PATH\s+"([^"]+)"', text)
+        sysconf = m.group(1) if m else "/etc/enroot"
+    xdg = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME", "/root"), ".config")
+    config = env.get("ENROOT_CONFIG_PATH") or os.path.join(xdg, "enroot")
+    hooks = [os.path.join(d, "hooks.d", "10-shadow.sh") for d in (sysconf, config)]
+    return [h for h in hooks if os.path.isfile(h)]
 
 
 def slurm_enforcement() -> dict[str, bool]:

@@ -70,7 +70,10 @@ def mask(path):  # Docker's masked paths: an empty read-only tmpfs on a director
         mount("swerl-mask", path, "tmpfs", RDONLY | SAFE, "size=0,mode=555")
     elif os.path.exists(path):
         mount("/dev/null", path, flags=BIND)
-mark, net, life, etc, cgroups, *cmd = sys.argv[1:]
+mark, net, life, etc, cgroups, skip, *cmd = sys.argv[1:]
+for hook in filter(None, skip.split(":")):  # enroot runs only executable hooks
+    mount(hook, hook, flags=BIND)
+    mount(hook, hook, flags=REMOUNT | BIND | RDONLY | SAFE)
 with open("/proc/sys/kernel/hostname", "w") as f:
     f.write("sandbox")
 # /etc files enroot binds into every container: swerl's instead of the host's
@@ -413,6 +416,7 @@ def jail_argv(
     limits: Limits,
     bpf: Path,
     etc: Path,
+    skip: tuple[str, ...] | list[str] = (),
 ) -> list[str]:
     """``enroot`` (an ``enroot start`` of ``ANCHOR``) inside swerl's namespaces, cgroups and
     lifetime, then ``inner`` in the container under the syscall filter ``bpf``."""
@@ -430,7 +434,7 @@ def jail_argv(
         "0" if network else "1",
         life,
     ]
-    jail += [str(etc), cgroup_spec(limits)]
+    jail += [str(etc), cgroup_spec(limits), ":".join(skip)]
     join = [sys.executable, "-I", "-S", "-c", JOIN_SCRIPT, str(bpf), str(len(enroot) + len(ANCHOR))]
     return limited_argv([*unshare, "--", *jail, *join, *enroot, *ANCHOR, *inner], limits)
 
