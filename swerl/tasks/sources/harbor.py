@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from swerl.errors import ConfigError
-from swerl.tasks.instance import Instance, unique
+from swerl.tasks.instance import SUITES_DIR, Instance, unique
 
 CONFIG = "task.toml"
 INSTRUCTION = "instruction.md"
@@ -42,6 +42,8 @@ def is_task_dir(path: Path) -> bool:
 def task_dirs(spec: str) -> list[Path]:
     """``spec`` itself when it is a task folder, else its task-folder children (sorted)."""
     path = Path(spec)
+    if not path.exists() and "/" not in spec and (SUITES_DIR / spec).is_dir():
+        path = SUITES_DIR / spec  # a bundled folder of Harbor tasks (envs/harbor-demo)
     if is_task_dir(path):
         return [path]
     if path.is_dir():
