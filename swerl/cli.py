@@ -76,6 +76,18 @@ def cmd_tasks_validate(args: argparse.Namespace) -> int:
     return EXIT_FAILED if count_mismatches(rows) else EXIT_OK
 
 
+def cmd_tasks_export(args: argparse.Namespace) -> int:
+    from swerl.tasks.export import export_all
+    from swerl.tasks.instance import select
+    from swerl.tasks.sources import load_tasks
+
+    tasks = load_tasks(args.suite, kind=args.source)
+    tasks = select(tasks, args.task) if args.task else tasks
+    paths = export_all(tasks, args.out, args.format)
+    _emit(args, {"folders": [str(p) for p in paths]}, "\n".join(map(str, paths)))
+    return EXIT_OK
+
+
 # ----------------------------------------------------------------- rollout
 def cmd_rollout(args: argparse.Namespace) -> int:
     from swerl.config import load_config
@@ -354,6 +366,12 @@ def build_parser() -> argparse.ArgumentParser:
         "check that gold (a Harbor task's solution/solve.sh) earns full reward and empty does not, per task",
     )  # fmt: skip
     p.add_argument("suite", help=TASKS_HELP)
+    _source_flag(p)
+    p = add(tasks, "export", cmd_tasks_export, "write tasks in another format (Harbor task folders)")
+    p.add_argument("suite", help=TASKS_HELP)
+    p.add_argument("--format", default="harbor", choices=("harbor",), help="output format (default: harbor)")
+    p.add_argument("--out", required=True, help="directory to write one folder per task into")
+    p.add_argument("--task", action="append", default=None, help="only this instance id (repeatable)")
     _source_flag(p)
 
     p = add(sub, "rollout", cmd_rollout, "run a rollout config; episodes stream to OUTPUT_DIR/episodes.jsonl")

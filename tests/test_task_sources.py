@@ -139,7 +139,7 @@ def test_swebench_verified_pre_5_is_refused_naming_eval_script(tmp_path):
 def test_swebench_5_record_loads_as_published(tmp_path):
     (inst,) = load_tasks(_jsonl(tmp_path, "v5.jsonl", VERIFIED_5))
     assert inst.image == VERIFIED_5["image"]
-    assert inst.FAIL_TO_PASS == json.loads(VERIFIED["FAIL_TO_PASS"])
+    assert json.loads(VERIFIED["FAIL_TO_PASS"]) == inst.FAIL_TO_PASS
     assert inst.workdir == "/testbed" and inst.extra["family"] == "swebench"
     assert inst.test_spec().instance_id == inst.instance_id  # swebench's own TestSpec accepts it
 
@@ -153,7 +153,9 @@ def test_swebench_image_names_per_arch(arch):
 
 def test_swebench_pro_fields_and_image(tmp_path):
     p = _jsonl(tmp_path, "pro.jsonl", PRO)
-    with pytest.raises(ConfigError, match=r"pro\.jsonl:1: missing field 'eval_script'.*swebench-pro.*run_scripts"):
+    with pytest.raises(
+        ConfigError, match=r"pro\.jsonl:1: missing field 'eval_script'.*swebench-pro.*run_scripts"
+    ):
         load_tasks(p)
     (inst,) = load_tasks(_jsonl(tmp_path, "pro2.jsonl", {**PRO, **SWEB_EVAL, "fail_to_pass": '["a::b"]'}))
     assert inst.image == f"jefzda/sweap-images:{PRO['dockerhub_tag']}"
@@ -180,7 +182,7 @@ def test_swe_smith_image_name(tmp_path):
         load_tasks(_jsonl(tmp_path, "smith.jsonl", SMITH))
     (inst,) = load_tasks(_jsonl(tmp_path, "smith2.jsonl", {**SMITH, **SWEB_EVAL}))
     assert inst.image == SMITH["image_name"] + ":latest"
-    assert inst.FAIL_TO_PASS == SMITH["FAIL_TO_PASS"]
+    assert SMITH["FAIL_TO_PASS"] == inst.FAIL_TO_PASS
     assert inst.extra["family"] == "swe-smith"
 
 
@@ -192,7 +194,9 @@ def test_r2e_gym_base_commit_id_and_image(tmp_path):
     assert inst.base_commit == "9b2f1e4c3d7a6b5e8f0a1c2d3e4f5a6b7c8d9e0f"
     assert inst.image == R2E["docker_image"] and inst.repo == "aiohttp"
     broken = {**R2E, **SWEB_EVAL, "parsed_commit_content": json.dumps({"new_commit_hash": "x"})}
-    with pytest.raises(ConfigError, match=r"r2e3\.jsonl:1: missing field 'parsed_commit_content\.old_commit_hash'"):
+    with pytest.raises(
+        ConfigError, match=r"r2e3\.jsonl:1: missing field 'parsed_commit_content\.old_commit_hash'"
+    ):
         load_tasks(_jsonl(tmp_path, "r2e3.jsonl", broken))
 
 

@@ -395,7 +395,9 @@ class SWEEnv(gym.Env[str, str]):
         """The workspace as a patch against base_commit (what would be submitted)."""
         assert self.sandbox is not None and self.task is not None
         r = self.sandbox.execute(
-            f"git add -A && git diff --cached --binary {self.task.base_commit}", cwd=self.task.workdir, timeout=120
+            f"git add -A && git diff --cached --binary {self.task.base_commit}",
+            cwd=self.task.workdir,
+            timeout=120,
         )
         if r.returncode != 0:
             raise InfraError(f"cannot compute the patch in the sandbox: {r.output[-500:]}")

@@ -57,7 +57,9 @@ def solution_command(task: Instance) -> str:
     """One bash command that lays out ``solution/`` at /solution and runs solve.sh (Harbor's oracle)."""
     files = task.harbor.get("solution") or {}
     if "solve.sh" not in files:
-        raise ConfigError(f"{task.harbor.get('task_dir', task.instance_id)}: missing solution/solve.sh (the oracle)")
+        raise ConfigError(
+            f"{task.harbor.get('task_dir', task.instance_id)}: missing solution/solve.sh (the oracle)"
+        )
     lines = [f"rm -rf {SOLUTION_DIR} && mkdir -p {SOLUTION_DIR}"]
     for rel, data in files.items():
         path = shlex.quote(f"{SOLUTION_DIR}/{rel}")
@@ -85,7 +87,9 @@ def parse_rewards(name: str, text: str) -> dict[str, float]:
     out = {}
     for key, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InfraError(f"the verifier's {name} holds a non-numeric or non-finite reward {key}={value!r}")
+            raise InfraError(
+                f"the verifier's {name} holds a non-numeric or non-finite reward {key}={value!r}"
+            )
         out[str(key)] = float(value)
     return out
 
@@ -130,7 +134,9 @@ def apply_change(sb: Sandbox, task: Instance, patch: str) -> tuple[bool, str]:
     """Apply the agent's diff in a fresh sandbox's workdir: ``git apply``, then ``patch`` as fallback."""
     base = sb.execute("git rev-parse HEAD", cwd=task.workdir)
     if not base.ok:
-        raise SandboxError(f"{task.image}: {task.workdir} is not the git repository swerl built: {base.output[-300:]}")
+        raise SandboxError(
+            f"{task.image}: {task.workdir} is not the git repository swerl built: {base.output[-300:]}"
+        )
     if task.base_commit not in ("HEAD", base.output.strip()):
         raise SandboxError(
             f"{task.image} starts at {base.output.strip()[:12]}, not at the episode's base {task.base_commit[:12]}: "
@@ -192,7 +198,9 @@ def grade_harbor(
     return _infra(task, mode, errors, t0)
 
 
-def _result(task: Instance, mode: GradingMode, rewards: dict, output: str, attempt: int, t0: float) -> GradeResult:
+def _result(
+    task: Instance, mode: GradingMode, rewards: dict, output: str, attempt: int, t0: float
+) -> GradeResult:
     try:
         reward = scalar_reward(rewards)
     except InfraError as e:
@@ -211,7 +219,9 @@ def _infra(task: Instance, mode: GradingMode, errors: list[str], t0: float) -> G
     )  # fmt: skip
 
 
-def oracle(task: Instance, sandbox_factory: Callable[[str], Sandbox]) -> tuple[GradeResult, GradeResult, GradeResult]:
+def oracle(
+    task: Instance, sandbox_factory: Callable[[str], Sandbox]
+) -> tuple[GradeResult, GradeResult, GradeResult]:
     """Harbor's oracle check, in both grading modes: -> (solution graded in its own sandbox,
     the solution's workdir change graded strict in a fresh one, nothing done)."""
     spec = task.harbor
@@ -226,13 +236,22 @@ def oracle(task: Instance, sandbox_factory: Callable[[str], Sandbox]) -> tuple[G
         pinned = task if task.base_commit != "HEAD" else _replace_base(task, base.output.strip())
         put_tree(sb, SOLUTION_DIR, spec["solution"])
         timeout = float(spec.get("agent_timeout") or spec.get("verifier_timeout") or 600.0)
-        r = sb.execute(f"{SOLUTION_DIR}/solve.sh", cwd=task.workdir, timeout=timeout, env=dict(spec.get("solution_env") or {}))
+        r = sb.execute(
+            f"{SOLUTION_DIR}/solve.sh",
+            cwd=task.workdir,
+            timeout=timeout,
+            env=dict(spec.get("solution_env") or {}),
+        )
         if r.timed_out:
             raise InfraError(f"solution/solve.sh ran past {timeout:g} s")
-        diff = sb.execute(f"git add -A && git diff --cached --binary {pinned.base_commit}", cwd=task.workdir, timeout=120)
+        diff = sb.execute(
+            f"git add -A && git diff --cached --binary {pinned.base_commit}", cwd=task.workdir, timeout=120
+        )
         if not diff.ok:
             raise SandboxError(f"cannot read the solution's change: {diff.output[-300:]}")
-        official = grade_harbor(pinned, diff.output, sandbox=sb, sandbox_factory=sandbox_factory, mode="official")
+        official = grade_harbor(
+            pinned, diff.output, sandbox=sb, sandbox_factory=sandbox_factory, mode="official"
+        )
     except InfraError as e:
         official = _infra(task, GradingMode.OFFICIAL, [f"{type(e).__name__}: {e}"], time.monotonic())
         return official, official, grade_harbor(task, "", sandbox_factory=sandbox_factory, mode="strict")

@@ -104,7 +104,9 @@ def _tar(files: dict[str, bytes], root: Path | None = None) -> io.BytesIO:
     return buf
 
 
-def _build(client: object, context: io.BytesIO, tag: str, labels: dict[str, str], timeout: float, what: str) -> None:
+def _build(
+    client: object, context: io.BytesIO, tag: str, labels: dict[str, str], timeout: float, what: str
+) -> None:
     import docker.errors
 
     try:
@@ -114,7 +116,9 @@ def _build(client: object, context: io.BytesIO, tag: str, labels: dict[str, str]
         )  # fmt: skip
     except (docker.errors.BuildError, docker.errors.APIError) as e:
         detail = "".join(str(x.get("stream", x.get("error", ""))) for x in getattr(e, "build_log", []) or [])
-        raise InfraError(f"building {what} failed (no network: RUN steps cannot download): {e}\n{detail[-3000:]}") from e
+        raise InfraError(
+            f"building {what} failed (no network: RUN steps cannot download): {e}\n{detail[-3000:]}"
+        ) from e
 
 
 def build_harbor_image(

@@ -113,7 +113,9 @@ class Instance:
         from swebench.harness.utils import make_test_spec
 
         if self.graded_by_harbor:
-            raise ConfigError(f"instance {self.instance_id}: a Harbor task is graded by its tests/test.sh, not a TestSpec")
+            raise ConfigError(
+                f"instance {self.instance_id}: a Harbor task is graded by its tests/test.sh, not a TestSpec"
+            )
         if not self.image or not self.eval_script:
             raise ConfigError(f"instance {self.instance_id}: needs 'image' and 'eval_script' to be graded")
         return make_test_spec(self.to_dict())

@@ -55,7 +55,9 @@ def validate_harbor(inst: Instance, factory: SandboxFactory) -> ValidationRow:
     errors = "; ".join(e.splitlines()[0] for e in (official.error, strict.error, empty.error) if e)
     if official.resolved and not strict.resolved:
         errors = "the solution's effect lives outside the workdir: grade this task with grading='official'"
-    return ValidationRow(inst.instance_id, gold, empty.status.value, time.monotonic() - t, f"{rewards}; {errors}".rstrip("; "))
+    return ValidationRow(
+        inst.instance_id, gold, empty.status.value, time.monotonic() - t, f"{rewards}; {errors}".rstrip("; ")
+    )
 
 
 def validate_one(inst: Instance, factory: SandboxFactory, timeout: float = 600.0) -> ValidationRow:

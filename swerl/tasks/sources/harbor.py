@@ -16,10 +16,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from swerl.errors import ConfigError
 from swerl.tasks.instance import SUITES_DIR, Instance, unique
@@ -136,7 +137,9 @@ def load_task(task_dir: Path) -> Instance:
     if str(env.get("os", "linux")).lower() != "linux":
         raise ConfigError(f"{where}: field 'environment.os' is {env['os']!r}; swerl runs Linux tasks only")
     if verifier.get("environment") or verifier.get("environment_mode") == "separate":
-        raise ConfigError(f"{where}: field 'verifier.environment': a separate verifier environment is not supported")
+        raise ConfigError(
+            f"{where}: field 'verifier.environment': a separate verifier environment is not supported"
+        )
     package = _table(config, "task", where)
     name = str(package.get("name") or task_dir.name)
     instruction = task_dir / INSTRUCTION
@@ -175,7 +178,9 @@ def load_task(task_dir: Path) -> Instance:
         "verifier_env": {str(k): str(v) for k, v in (verifier.get("env") or {}).items()},
         "solution_env": {str(k): str(v) for k, v in (solution.get("env") or {}).items()},
         "tests": read_tree(tests, str(task_dir)),
-        "solution": read_tree(task_dir / "solution", str(task_dir)) if (task_dir / "solution").is_dir() else {},
+        "solution": read_tree(task_dir / "solution", str(task_dir))
+        if (task_dir / "solution").is_dir()
+        else {},
     }
     digest = tree_digest(env_dir, task_dir / CONFIG)
     return Instance(
