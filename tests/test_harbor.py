@@ -19,7 +19,7 @@ import pytest
 
 from swerl.env import actions
 from swerl.env.swe_env import SWEEnv
-from swerl.episode import Episode, JsonlSink, Step
+from swerl.episode import Episode, JsonlSink, Sampled, Step
 from swerl.errors import ConfigError, ImageMissing
 from swerl.grading import docker_factory
 from swerl.grading.harbor import grade_harbor
@@ -196,6 +196,10 @@ def test_partial_reward_survives_runner_sink_and_adapters(demo, ray_session, run
     assert ep.reward == pytest.approx(2 / 3, abs=1e-4) and ep.status == "unresolved"
     (read,) = JsonlSink.read(sink)
     assert read.reward == ep.reward
+    for i, step in enumerate(read.steps):  # TRL lays out token ids: give the replayed turns some
+        step.policy = Sampled(
+            prompt_ids=[1, i], completion_ids=[2], logprobs=[-0.5], prompt_start=0 if i == 0 else 3
+        ).to_info()
     assert rollout_batch([read])["swerl_reward"] == [ep.reward]  # TRL's reward column
     assert require_reward(read) == ep.reward  # what SkyRL's and verl's adapters hand over
 
