@@ -21,7 +21,7 @@ from swerl.env import actions
 from swerl.env.swe_env import SWEEnv
 from swerl.episode import Episode, JsonlSink, Sampled, Step
 from swerl.errors import ConfigError, ImageMissing
-from swerl.grading import docker_factory
+from swerl.grading import docker_factory, grade
 from swerl.grading.harbor import grade_harbor
 from swerl.sandbox.base import SandboxConfig
 from swerl.tasks.export import export_all
@@ -128,6 +128,23 @@ def test_partial_reward_in_both_modes(demo, run_id, grading):
     assert terminated and reward == pytest.approx(2 / 3, abs=1e-4)
     assert info["status"] == "unresolved" and info["grade"]["rewards"]["lines_right"] == 2.0
     assert "primes.txt" in info["patch"]
+
+
+def test_snapshot_restores_a_harbor_episode(demo, run_id):
+    env = SWEEnv(demo, sandbox_config=SandboxConfig(run_id=run_id))
+    try:
+        env.reset(options={"task": PRIMES})
+        env.step(actions.bash("echo 2 > primes.txt"))
+        snap = env.snapshot()
+        env.reset(options={"task": HELLO})
+        env.restore(snap.to_json())
+        assert env.task.base_commit == snap.base_commit
+        env.step(actions.bash("echo 3 >> primes.txt"))
+        _, reward, *_ = env.step(actions.submit())
+    finally:
+        env.close()
+    assert reward == pytest.approx(2 / 3, abs=1e-4)
+    assert grade(env.task, "", sandbox_factory=docker_factory(60.0, run_id=run_id)).reward == 0.0
 
 
 def test_strict_counts_only_the_workdir(demo, run_id):
@@ -253,7 +270,6 @@ def test_export_round_trip(demo, tasks, docker_client, factory, tmp_path):
         w for line in (DEMO.parent / "swerl-mini" / "wrong_patches.jsonl").read_text().splitlines()
         if (w := json.loads(line))["instance_id"] == "swerl__tinyconf-2"
     )  # fmt: skip
-    from swerl.grading import grade
 
     ours = grade(swe[1], wrong["patch"], sandbox_factory=factory)
     theirs = grade_harbor(back[3], wrong["patch"], sandbox_factory=factory)
