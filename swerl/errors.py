@@ -36,7 +36,7 @@ class SandboxClosed(SandboxError):
     """An operation was attempted on a sandbox that is closed."""
 
 
-class InexactTokens(SwerlError):
+class InexactTokens(ConfigError):
     """An episode's tokens are not the ones its model saw and sampled, and the trainer was not told to accept that."""
 
 

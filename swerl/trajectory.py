@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from swerl.episode import Sampled
-from swerl.errors import ConfigError
+from swerl.errors import ConfigError, InexactTokens
 
 if TYPE_CHECKING:
     from swerl.episode import Episode
@@ -94,7 +94,7 @@ def episode_tokens(episode: Episode, tokenizer: Any = None) -> TokenTrajectory:
             return traj
         why = "the server re-rendered the chat: a turn's prompt did not extend the tokens before it"
     if tokenizer is None:
-        raise ConfigError(
+        raise InexactTokens(
             f"episode {episode.task_id}#{episode.attempt} has no exact token record ({why}); "
             "pass a tokenizer to lay out its messages re-tokenized (exact=False)"
         )

@@ -173,7 +173,7 @@ def test_trainer_adapters_refuse_inexact_episodes_unless_told(tok, model):
     ep, _ = play(tok, model, ["fix", "out"])
     assert trainer_tokens(ep).exact
     ep = rerendered(tok, ep)
-    with pytest.raises(InexactTokens, match="t#0 .*re-rendered.*allow_inexact"):
+    with pytest.raises(InexactTokens, match=r"t#0 .*re-rendered.*allow_inexact"):
         trainer_tokens(ep, tok)
     assert not trainer_tokens(ep, tok, allow_inexact=True).exact
 
