@@ -66,10 +66,13 @@ def cmd_tasks_build_images(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks_validate(args: argparse.Namespace) -> int:
+    from swerl.preflight import check_docker
     from swerl.tasks.instance import load_instances
     from swerl.tasks.validate import count_mismatches, format_table, validate_suite
 
-    rows = validate_suite(load_instances(args.suite), out=None)
+    instances = load_instances(args.suite)
+    check_docker((i.image for i in instances), args.suite)  # exit 3, one line: not a table of MISMATCH
+    rows = validate_suite(instances, out=None)
     _emit(args, [dataclasses.asdict(r) | {"ok": r.ok} for r in rows], format_table(rows))
     return EXIT_FAILED if count_mismatches(rows) else EXIT_OK
 
