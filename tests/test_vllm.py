@@ -15,7 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from swerl.integrations.vllm import VLLMServer, venv_python  # noqa: E402
+from swerl.errors import InfraError  # noqa: E402
+from swerl.integrations.vllm import VLLMServer, check_weights, venv_python  # noqa: E402
 from swerl.policies.llm import LLMPolicy  # noqa: E402
 from swerl.rollout import RolloutRunner  # noqa: E402
 
@@ -132,7 +133,9 @@ def test_a_push_mid_episode_labels_each_turn_with_the_weights_that_sampled_it(
     state = p.start(None, 0)
     d1 = p.act(state, "fix the bug")
     new = perturbed(model, seed=2)
-    p.push_weights(new, 6, checkpoint_dir=str(tmp_path))  # the episode goes on with new weights
+    assert p.push_weights(new, 6, checkpoint_dir=str(tmp_path)) < 1e-3  # checked against the server
+    with pytest.raises(InfraError, match="differ from the pushed model"):
+        check_weights(vllm.url, model)  # the old weights are gone
     d2 = p.act(state, "tests fail")
     assert (d1.info["mode"], d2.info["mode"]) == ("tokens", "tokens")
     assert d2.info["policy_version"] == 6 and d1.info["policy_version"] != 6

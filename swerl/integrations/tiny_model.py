@@ -80,7 +80,7 @@ def build_model(tokenizer, seed: int = 0):
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,  # vLLM's in-place weight reload skips a tied lm_head
     )
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id

@@ -35,13 +35,14 @@ import json
 import logging
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from swerl.chat_tokens import ChatTokens
 from swerl.env.actions import FORMAT_HELP, TOOLS
 from swerl.episode import Sampled
-from swerl.errors import ConfigError, PolicyError
+from swerl.errors import ConfigError, InfraError, PolicyError
 from swerl.policies.base import Decision
 from swerl.tasks.instance import Instance
 
@@ -54,6 +55,9 @@ ACTION_FORMATS = ("text", "tools")
 MODES = ("auto", "tokens", "chat")
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 log = logging.getLogger(__name__)
+_LOADING = threading.Lock()
+"""One tokenizer load at a time per process: envs of one actor start together, and importing
+transformers from two threads at once fails (a partly initialised module)."""
 
 
 @dataclass
@@ -144,15 +148,16 @@ class LLMPolicy:
     # ------------------------------------------------------------------ mode
     def _load_tokenizer(self) -> Any:
         """The model's tokenizer (loaded once), or the reason it cannot be had here."""
-        if self.tokenizer is not None and not isinstance(self.tokenizer, str):
-            return self.tokenizer
-        source = self.tokenizer or self.model
-        try:
-            from transformers import AutoTokenizer
+        with _LOADING:
+            if self.tokenizer is not None and not isinstance(self.tokenizer, str):
+                return self.tokenizer
+            source = self.tokenizer or self.model
+            try:
+                from transformers import AutoTokenizer
 
-            self.tokenizer = AutoTokenizer.from_pretrained(source)
-        except Exception as e:  # not installed, not a path, no hub access: chat mode says why
-            return f"the tokenizer {source!r} cannot be loaded here ({type(e).__name__}: {str(e)[:120]})"
+                self.tokenizer = AutoTokenizer.from_pretrained(source)
+            except Exception as e:  # not installed, not a path, no hub access: chat mode says why
+                return f"the tokenizer {source!r} cannot be loaded here ({type(e).__name__}: {str(e)[:120]})"
         if getattr(self.tokenizer, "chat_template", None) is None:
             return f"the tokenizer {source!r} has no chat template"
         return self.tokenizer
@@ -298,17 +303,19 @@ class LLMPolicy:
         except LookupError:
             self._labels = False
             return None
+        except InfraError as e:
+            raise PolicyError(f"cannot reach the model server at {self.base_url}: {e}") from None
         self._labels = True
         return label
 
-    def push_weights(self, weights: Any, version: int, checkpoint_dir: str | None = None) -> None:
+    def push_weights(self, weights: Any, version: int, checkpoint_dir: str | None = None) -> float | None:
         """Load new weights into the vLLM server this policy samples from, labelled ``version``
         (``swerl.integrations.vllm.push_weights``); ``RolloutRunner.set_policy_version`` calls it."""
         from swerl.integrations.vllm import push_weights
 
         if not self.base_url:
             raise ConfigError("LLMPolicy.push_weights needs the server's base_url")
-        push_weights(self.base_url, weights, version, checkpoint_dir)
+        return push_weights(self.base_url, weights, version, checkpoint_dir)
 
     def _token_action(self, text: str) -> str:
         if self.action_format != "tools":
