@@ -161,3 +161,25 @@ def test_tool_calls_in_token_mode(vllm, tiny_model_dir, hf):
     # swerl parses the sampled text: a tool call becomes the action
     reply = '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'
     assert p._token_action(reply) == '{"name": "bash", "arguments": {"command": "ls"}}'
+
+
+def test_chat_mode_on_vllm_keeps_the_sampled_ids_and_lays_each_message_out_once(vllm, tiny_model_dir, hf):
+    from swerl.episode import Episode, Step
+
+    _, tok = hf
+    vllm.wait()
+    p = LLMPolicy(str(tiny_model_dir), base_url=vllm.url, max_tokens=6, temperature=1.0, mode="chat")
+    state, steps = p.start(None, 0), []
+    for k, obs in enumerate(["fix the bug", "file a.py", "tests fail"]):
+        d = p.act(state, obs)
+        if steps:
+            steps[-1].observation = obs
+        steps.append(Step(k + 1, d.action, "", policy=d.info))
+    assert {s.policy["mode"] for s in steps} == {"chat"} and all(s.policy["completion_ids"] for s in steps)
+    t = Episode("t", 0, steps).to_tokens(tok)
+    assert t.completion_ids == [s.policy["completion_ids"] for s in steps]  # as sampled, not re-encoded
+    assert t.prompt_ids == steps[0].policy["prompt_ids"]
+    text = tok.decode(t.prompt_ids + t.response_ids)
+    assert text.count("<|im_start|>user") == 3 and text.count("<|im_start|>assistant") == 3
+    for obs in ["fix the bug", "file a.py", "tests fail"]:
+        assert text.count(obs) == 1
