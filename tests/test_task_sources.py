@@ -180,11 +180,13 @@ def test_swe_gym_needs_the_flag_and_gets_its_images(tmp_path):
         load_tasks(_jsonl(tmp_path, "gym2.jsonl", GYM), kind="swe-gym")
 
 
-def test_swe_smith_image_name(tmp_path):
-    with pytest.raises(ConfigError, match=r"smith\.jsonl:1: missing field 'eval_script'.*swe-smith"):
-        load_tasks(_jsonl(tmp_path, "smith.jsonl", SMITH))
-    (inst,) = load_tasks(_jsonl(tmp_path, "smith2.jsonl", {**SMITH, **SWEB_EVAL}))
-    assert inst.image == SMITH["image_name"] + ":latest"
+def test_swe_smith_bug_patch_is_not_a_gold_patch(tmp_path):
+    with pytest.raises(ConfigError, match=r"smith\.jsonl:1: missing field 'image'.*before its bug"):
+        load_tasks(_jsonl(tmp_path, "smith.jsonl", {**SMITH, **SWEB_EVAL}))
+    bugged = {**SMITH, **SWEB_EVAL, "image": "local/oauthlib-q9ve64pd:bugged"}
+    (inst,) = load_tasks(_jsonl(tmp_path, "smith2.jsonl", bugged))
+    assert inst.image == "local/oauthlib-q9ve64pd:bugged" and inst.patch == ""
+    assert inst.extra["bug_patch"] == SMITH["patch"] and inst.extra["image_name"] == SMITH["image_name"]
     assert SMITH["FAIL_TO_PASS"] == inst.FAIL_TO_PASS
     assert inst.extra["family"] == "swe-smith"
 
