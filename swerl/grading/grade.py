@@ -361,9 +361,9 @@ def grade(
 ) -> GradeResult:
     """Grade ``patch`` for ``instance`` in a fresh sandbox of its image.
 
-    ``mode``: ``official`` is swebench's verdict; ``strict`` is for training (test
-    infrastructure stripped, a skip is not a pass, see ``swerl.grading.integrity``),
-    its findings in ``GradeResult.integrity``.
+    ``mode``: ``official`` is swebench's verdict; ``strict`` is for training (changes
+    outside the source allowlist reverted, a verdict the tests cannot forge, a skip is not a
+    pass, see ``swerl.grading.integrity``), its findings in ``GradeResult.integrity``.
 
     A patch that does not apply is patch_failed, failing tests are unresolved (both
     0.0). An InfraError is retried ``retries`` times, then reported as infra_error
