@@ -8,6 +8,9 @@ and refuse what cannot be graded with the field named.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,11 +180,13 @@ def test_swe_gym_needs_the_flag_and_gets_its_images(tmp_path):
         load_tasks(_jsonl(tmp_path, "gym2.jsonl", GYM), kind="swe-gym")
 
 
-def test_swe_smith_image_name(tmp_path):
-    with pytest.raises(ConfigError, match=r"smith\.jsonl:1: missing field 'eval_script'.*swe-smith"):
-        load_tasks(_jsonl(tmp_path, "smith.jsonl", SMITH))
-    (inst,) = load_tasks(_jsonl(tmp_path, "smith2.jsonl", {**SMITH, **SWEB_EVAL}))
-    assert inst.image == SMITH["image_name"] + ":latest"
+def test_swe_smith_bug_patch_is_not_a_gold_patch(tmp_path):
+    with pytest.raises(ConfigError, match=r"smith\.jsonl:1: missing field 'image'.*before its bug"):
+        load_tasks(_jsonl(tmp_path, "smith.jsonl", {**SMITH, **SWEB_EVAL}))
+    bugged = {**SMITH, **SWEB_EVAL, "image": "local/oauthlib-q9ve64pd:bugged"}
+    (inst,) = load_tasks(_jsonl(tmp_path, "smith2.jsonl", bugged))
+    assert inst.image == "local/oauthlib-q9ve64pd:bugged" and inst.patch == ""
+    assert inst.extra["bug_patch"] == SMITH["patch"] and inst.extra["image_name"] == SMITH["image_name"]
     assert SMITH["FAIL_TO_PASS"] == inst.FAIL_TO_PASS
     assert inst.extra["family"] == "swe-smith"
 
@@ -242,3 +247,26 @@ def test_detect_by_shape_and_force(tmp_path):
     assert {"harbor", "synth", "swebench", "swe-gym", "swebench-pro", "r2e-gym"} <= set(kinds())
     with pytest.raises(ConfigError, match="is not a Harbor task folder, a suite directory"):
         detect(tmp_path / "nothing-here")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "swerl", *args], capture_output=True, text=True, env=os.environ
+    )
+
+
+def test_cli_source_flag_and_errors(tmp_path):
+    p = _jsonl(tmp_path, "gym.jsonl", {**GYM, **SWEB_EVAL})
+    r = _cli("tasks", "list", str(p), "--source", "swe-gym", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [row["image"] for row in json.loads(r.stdout)] == [
+        "xingyaoww/sweb.eval.x86_64.getmoto_s_moto-5752:latest"
+    ]
+    r = _cli("tasks", "list", str(_jsonl(tmp_path, "pro.jsonl", PRO)))
+    assert r.returncode == 2 and "pro.jsonl:1: missing field 'eval_script'" in r.stderr
+    r = _cli(
+        "tasks", "export", "swerl-mini", "--task", "swerl__textkit-1", "--out", str(tmp_path / "h"), "--json"
+    )
+    assert r.returncode == 0, r.stderr
+    (folder,) = json.loads(r.stdout)["folders"]
+    assert (Path(folder) / "task.toml").is_file() and (Path(folder) / "tests" / "test.sh").is_file()

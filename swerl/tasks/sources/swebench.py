@@ -15,7 +15,9 @@ name says which one a task needs):
   (``swerl.tasks.images.task_image_name`` / ``hub_image_name``, spelled by swebench's ImageSpec);
 - SWE-bench Pro: ``jefzda/sweap-images:<dockerhub_tag>``, repository in ``/app``;
 - SWE-Gym: ``xingyaoww/sweb.eval.x86_64.<id, "__" -> "_s_">:latest`` (OpenHands' convention);
-- SWE-smith: the record's ``image_name`` (``jyangballin/swesmith.x86_64.<owner>_1776_<repo>.<commit8>``);
+- SWE-smith: ``image_name`` (``jyangballin/swesmith.x86_64.<owner>_1776_<repo>.<commit8>``) is the
+  repository *before* the injected bug and ``patch`` introduces it, so swerl keeps the patch as
+  ``extra["bug_patch"]`` (no gold patch) and needs ``image``: an image of the bugged state;
 - R2E-Gym: the record's ``docker_image`` (``namanjain12/<repo>_final:<commit>``);
 - SWE-rebench: the record's ``docker_image`` when present, else
   ``swerebench/sweb.eval.x86_64.<id, "__" -> "_1776_">:latest``.
@@ -116,9 +118,17 @@ def _pro(record: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _smith(record: dict[str, Any], where: str) -> dict[str, Any]:
-    name = record.get("image_name") or ""
-    if name and not record.get("image"):
-        record["image"] = name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+    # SWE-smith's `patch` introduces the bug, and its image_name holds the repository without it
+    # (its harness checks out the instance's branch): neither is a gold patch nor a starting state.
+    if "patch" in record:
+        record.setdefault("extra", {})
+        record["extra"] = {**record["extra"], "bug_patch": record.pop("patch")}
+    if not record.get("image"):
+        raise ConfigError(
+            f"{where}: missing field 'image': a SWE-smith record's image_name ({record.get('image_name')!r}) "
+            "holds the repository before its bug; give the image of the bugged state (image_name with "
+            "extra.bug_patch applied) as 'image'"
+        )
     return record
 
 
