@@ -446,3 +446,14 @@ def test_eval_grading_both_writes_both_reports(tasks, tmp_path):
     assert strict["resolved_ids"] == ["swerl__textkit-2"] and strict["unresolved_ids"] == ["swerl__textkit-1"]
     log = tmp_path / "logs/run_evaluation/b1-strict/m/swerl__textkit-1/run_instance.log"
     assert "strict grading: reverted 'conftest.py' (pytest conftest)" in log.read_text()
+
+
+@pytest.mark.parametrize("command", ["PYTHONPATH=. pytest", "PYTHONPATH=. py.test", "python3 -m pytest"])
+def test_the_strict_runner_takes_each_way_an_eval_script_starts_pytest(tk1, factory_strict, command):
+    """A bare ``pytest`` (its interpreter read from the script) with PYTHONPATH, or ``python -m``."""
+    inst = Instance.from_dict(
+        {**tk1.to_dict(), "eval_script": tk1.eval_script.replace("python3 -m pytest", command)}
+    )
+    res = grade(inst, tk1.patch, sandbox_factory=factory_strict, mode="strict")
+    assert res.resolved and res.integrity.clean and res.integrity.verdict == "strict runner", res.log[-1500:]
+    assert "/run.py" in res.log  # the eval script's own command went through the runner

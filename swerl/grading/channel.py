@@ -60,8 +60,7 @@ def preamble(run: RunDir) -> str:
     return f"""\
 export GIT_CONFIG_PARAMETERS="'core.hooksPath=/dev/null' 'core.fsmonitor=false'"
 export PYTHONNOUSERSITE=1
-_swerl_pytest() {{ local py="$1" mode="$2"; shift 2
-  if "$py" -P -c '' 2>/dev/null; then "$py" -P -s {runner} "$mode" "$@"; else "$py" -s {runner} "$mode" "$@"; fi; }}
+_swerl_pytest() {{ local py="$1" mode="$2"; shift 2; PYTHONSAFEPATH=1 "$py" -s {runner} "$mode" "$@"; }}
 _swerl_script_python() {{ local s; s="$(type -P "$1")" && sed -n '1s/^#! *//p' "$s" | awk '{{n=split($1,a,"/"); print (a[n]=="env") ? $2 : $1}}'; }}
 pytest() {{ _swerl_pytest "$(_swerl_script_python pytest || echo python3)" script "$@"; }}
 py.test() {{ _swerl_pytest "$(_swerl_script_python py.test || echo python3)" script "$@"; }}
@@ -79,8 +78,8 @@ def strict_script(eval_script: str, run: RunDir) -> str:
     return "".join(lines[:head]) + preamble(run) + "".join(lines[head:])
 
 
-def setup_command(run: RunDir, base_commit: str, changed_json: str) -> str:
-    """Make the run directory: the base commit's pytest config files mirrored under ``base/``."""
+def setup_command(run: RunDir, base_commit: str, changed_json: str = "") -> str:
+    """Fill the run directory: the base commit's pytest config files mirrored under ``base/``."""
     d = shlex.quote(run.path)
     names = " ".join(f"-e {shlex.quote('(^|/)' + re.escape(n) + '$')}" for n in CONFIG_NAMES)
     return (

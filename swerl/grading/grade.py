@@ -11,11 +11,13 @@ a stricter reading after (see ``swerl.grading.integrity``).
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import secrets
 import shlex
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -181,19 +183,23 @@ _SPLIT = b"\0//SWERL-SPLIT//\0"  # no path either listing can print: separates t
 def _list_tree(sb: Sandbox, base: str = "") -> Any:
     """The repository's entries (``.git`` included); with ``base``, also the paths it tracks.
 
-    Written to a file and read back whole: a listing is never cut at the output cap."""
-    out = f"/tmp/.swerl-tree-{secrets.token_hex(6)}"
-    cmd = f"{LIST_TREE} > {out}"
+    Read from the command's output; one too long for the output cap is written to a file
+    and read back whole, so a listing is never cut."""
+    cmd = LIST_TREE
     if base:
-        cmd += (
-            f" && printf '\\0//SWERL-SPLIT//\\0' >> {out} && "
-            f"git -c core.hooksPath=/dev/null ls-tree -r -z --name-only {shlex.quote(base)} >> {out}"
+        cmd = (
+            f"{{ {LIST_TREE} && printf '\\0//SWERL-SPLIT//\\0' && "
+            f"git -c core.hooksPath=/dev/null ls-tree -r -z --name-only {shlex.quote(base)}; }}"
         )
     r = sb.execute(cmd, cwd=CONTAINER_WORKDIR)
+    raw = r.raw
+    if r.ok and r.truncated:
+        out = f"/tmp/.swerl-tree-{secrets.token_hex(6)}"
+        r = sb.execute(f"{cmd} > {out}", cwd=CONTAINER_WORKDIR)
+        raw = sb.read_file(out) if r.ok else b""
+        sb.execute(f"rm -f {out}", cwd="/")
     if not r.ok:
         raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
-    raw = sb.read_file(out)
-    sb.execute(f"rm -f {out}", cwd="/")
     if not base:
         return parse_listing(raw)
     listing, _, tracked = raw.partition(_SPLIT)
@@ -269,13 +275,23 @@ def _enforce_allowlist(
 
 
 def _setup_run_dir(sb: Sandbox, instance: Instance, run: RunDir, changed: list[str]) -> None:
-    """The strict runner, its key and the base commit's config mirror, outside the repository."""
-    r = sb.execute(setup_command(run, instance.base_commit, ""), cwd=CONTAINER_WORKDIR)
+    """The strict runner, its key and the base commit's config mirror, outside the repository
+    (one archive written, one command)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in (
+            ("run.py", RUNNER_SOURCE.read_bytes()),
+            ("key", run.key.encode()),
+            ("changed.json", json.dumps(changed).encode("utf-8", "surrogateescape")),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o600
+            tar.addfile(info, io.BytesIO(data))
+    _write(sb, f"{run.path}.tar", buf.getvalue())
+    unpack = f"mkdir -p {run.path} && tar -C {run.path} -xf {run.path}.tar && rm -f {run.path}.tar && "
+    r = sb.execute(unpack + setup_command(run, instance.base_commit, ""), cwd=CONTAINER_WORKDIR)
     if not r.ok:
         raise SandboxError(f"cannot prepare the strict runner: {r.output[-500:]}")
-    _write(sb, f"{run.path}/run.py", RUNNER_SOURCE.read_bytes())
-    _write(sb, f"{run.path}/key", run.key.encode())
-    _write(sb, f"{run.path}/changed.json", json.dumps(changed).encode("utf-8", "surrogateescape"))
 
 
 def _write(sb: Sandbox, path: str, data: bytes) -> None:

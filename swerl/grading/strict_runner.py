@@ -235,6 +235,10 @@ def pinned(args, mirror, cwd):
     return ["-c", empty, "--rootdir=" + cwd, *args]
 
 
+def _inside(path, root):
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
 def base_plugins():
     """Names of the pytest11 entry points installed now (before the run's code imports)."""
     try:
@@ -255,6 +259,7 @@ def base_plugins():
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     mode, args = sys.argv[1], sys.argv[2:]
+    os.environ.pop("PYTHONSAFEPATH", None)  # safe-path (3.11+) for this process, not the tests' own
     cwd = os.getcwd()
     key_file = os.path.join(here, "key")
     with open(key_file, "rb") as f:
@@ -263,11 +268,15 @@ def main():
     fd = os.open(os.path.join(here, "verdict"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with open(os.path.join(here, "changed.json"), encoding="utf-8") as f:
         changed = set(json.load(f))
-    # Nothing of the repository or of this directory is importable while pytest starts.
-    sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) not in (here, cwd)]
+    # Nothing of the repository or of this directory is importable while pytest starts;
+    # afterwards the path is the script's own (PYTHONPATH entries included), less this directory.
+    kept = [p for p in sys.path if p and os.path.abspath(p) != here]
+    sys.path[:] = [p for p in kept if not _inside(os.path.abspath(p), cwd)]
     import pytest
 
-    plugins = base_plugins()
+    plugins = base_plugins()  # from the environment's own metadata, not the repository's
+    sys.path[:] = kept
+
     version = tuple(int(x) for x in pytest.__version__.split(".")[:2] if x.isdigit())
     extra = []
     if plugins is not None and version >= (5, 0):
