@@ -193,6 +193,6 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"strict mode: {totals['strict'] / n:.2f} s per grade against official's {totals['swerl'] / n:.2f} s "
         f"({extra:+.1%}); goal (< +10%): {'met' if extra < 0.10 else 'NOT met'}; its own steps "
-        f"(history scrub, patch filter, restore) take {statistics.median(own) * 1000:.0f} ms per grade (median)"
+        f"(history scrub and tree listing, allowlist and runner set-up) take {statistics.median(own) * 1000:.0f} ms per grade (median)"
     )
     return 1 if mismatches else 0
