@@ -339,3 +339,58 @@ def test_gymnasium_make_works_in_a_fresh_interpreter(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env(),
                        timeout=120)  # fmt: skip
     assert r.returncode == 0 and r.stdout.split() == ["SWEEnv", str(len(SUITE))], r.stderr
+
+
+def test_a_finished_run_is_not_resumed_on_another_kind_of_place(task_images, tmp_path):
+    """A laptop run then the cluster command: refused (exit 2), not "1 of 1 done" with nothing run."""
+    out = tmp_path / "laptop"
+    args = ["rollout", "default", f"output_dir={out}", "task_ids=[swerl__tinyconf-1]", "rollout.num_actors=1"]
+    r = swerl(*args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"^Ray: a local Ray at \S+ \(1 node\(s\)\)", r.stdout, re.M), r.stdout
+    assert json.loads((out / "summary.json").read_text())["place"] == {"kind": "local", "ray_address": None}
+
+    t0 = time.monotonic()
+    r = swerl(*args)  # everything done: no Ray is started
+    assert r.returncode == 0 and "nothing to run" in r.stdout and "starting Ray" not in r.stdout, r.stdout
+    assert time.monotonic() - t0 < 30
+
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    r = swerl(*args, "ray.address=127.0.0.1:1")  # a cluster: refused before joining it
+    assert r.returncode == 2 and "made on a local Ray on this machine" in r.stderr, r.stdout + r.stderr
+    assert "the Ray cluster at 127.0.0.1:1" in r.stderr and "--resume-anyway" in r.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    r = swerl("cluster", "ray", "submit", "default", f"output_dir={out}", "--address", "http://127.0.0.1:1")
+    assert r.returncode == 2 and "made on a local Ray" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_cluster_ray_up_and_down_end_only_what_swerl_started(tmp_path):
+    from swerl.cluster.local_ray import LocalRayCluster, _pids_under
+
+    other = LocalRayCluster(port=38379, dashboard_port=38265, num_cpus=1).start()  # someone else's Ray
+    try:
+        # Head only: a joining worker is `up`'s LocalRayCluster.add_node, tested in test_multinode.py.
+        r = swerl("cluster", "ray", "up", "--port", "37379", "--dashboard-port", "37265", "--num-cpus", "1",
+                  "--workers", "0")  # fmt: skip
+        try:
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert "export RAY_ADDRESS=127.0.0.1:37379 RAY_AUTH_MODE=token" in r.stdout
+            assert "swerl cluster ray down --port 37379" in r.stderr
+            count = (
+                "import ray; ray.init(address='127.0.0.1:37379'); print(sum(n['Alive'] for n in ray.nodes()))"
+            )
+            c = subprocess.run([sys.executable, "-c", count], capture_output=True, text=True, timeout=120,
+                               env=env(RAY_AUTH_MODE="token"))  # fmt: skip
+            assert c.stdout.strip().splitlines()[-1] == "1", c.stderr[-2000:]
+            again = swerl("cluster", "ray", "up", "--port", "37379", "--dashboard-port", "37265")
+            assert again.returncode == 2 and "already runs" in again.stderr
+        finally:
+            d = swerl("cluster", "ray", "down", "--port", "37379")
+        assert d.returncode == 0 and "ended" in d.stderr, d.stderr
+        root = LocalRayCluster(port=37379, dashboard_port=0).root
+        assert _pids_under(root) == []
+        assert other.nodes["head"].process.poll() is None and _pids_under(other.root)  # untouched
+        assert swerl("cluster", "ray", "down", "--port", "37379").returncode == 2
+    finally:
+        other.stop()
