@@ -16,7 +16,9 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,6 +237,29 @@ def _slurm_ready(nodes: list[str], wait: float) -> bool:
         time.sleep(1)
 
 
+class _Background(threading.Thread):
+    def __init__(self, fn: Callable[[], object]) -> None:
+        super().__init__(daemon=True)
+        self.fn, self.error = fn, None
+
+    def run(self) -> None:
+        try:
+            self.fn()
+        except Exception as e:  # reported by the caller after join()
+            self.error = e
+
+
+def start_vllm_venv() -> _Background:
+    """vLLM in its own venv (its torch/transformers ranges), for the tests against a real vLLM server."""
+    from swerl.integrations.vllm import install_venv, venv_dir, venv_python
+
+    if venv_python() is None:
+        say(f"installing vLLM into {venv_dir()} in the background")
+    job = _Background(install_venv)
+    job.start()
+    return job
+
+
 def build_images() -> None:
     sh(sys.executable, "-m", "swerl.cli", "images", "build-base")
     sh(sys.executable, "-m", "swerl.cli", "tasks", "build-images", "swerl-mini")  # bundled: any directory
@@ -259,8 +284,12 @@ def test(args: argparse.Namespace) -> int:
     start_dockerd()
     start_slurm()
     pip_install("test,train")  # train: torch (CPU build, pinned in pyproject.toml), transformers, trl
+    vllm = start_vllm_venv()  # a few minutes: meanwhile verl and the images
     pip_install_verl()
     build_images()
+    vllm.join()
+    if vllm.error is not None:
+        raise BootstrapError(f"the vLLM venv could not be installed: {vllm.error}")
     os.chdir(ROOT)
     lint = sh(sys.executable, "-m", "ruff", "check", "swerl", "tests", check=False).returncode
     fmt = sh(sys.executable, "-m", "ruff", "format", "--check", "swerl", "tests", check=False).returncode
