@@ -394,3 +394,88 @@ def test_cluster_ray_up_and_down_end_only_what_swerl_started(tmp_path):
         assert swerl("cluster", "ray", "down", "--port", "37379").returncode == 2
     finally:
         other.stop()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_llm_policy_with_no_server_is_exit_3_in_one_line_before_ray(tmp_path):
+    out = tmp_path / "llm"
+    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    r = swerl("rollout", "default", "policy.name=llm", "policy.options.model=m", f"policy.options.base_url={url}",
+              f"output_dir={out}", OPENAI_API_KEY="")  # fmt: skip
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"swerl: infrastructure error: the policy's model server at {url.rstrip('/')} does not answer "
+        "([Errno 111] Connection refused): start it, or set policy.options.base_url"
+    ]
+    assert "starting Ray" not in r.stdout and not out.exists()
+
+
+def test_a_keyless_server_needs_no_key_and_one_with_a_key_says_so(monkeypatch):
+    """Real sockets: a server with no key (as vLLM without --api-key), one that wants a key (401)."""
+    import http.server
+    import threading
+
+    from swerl.errors import BackendUnavailable
+    from swerl.policies.llm import LLMPolicy
+    from swerl.preflight import check_policy
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        key: str | None = None
+
+        def do_GET(self):
+            ok = self.key is None or self.headers.get("Authorization") == f"Bearer {self.key}"
+            body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    try:
+        check_policy("llm", {"base_url": url})  # keyless: passes with no key set
+        assert [m.id for m in LLMPolicy("m", base_url=url)._chat().models.list()] == ["m"]
+        Server.key = "sk-local"
+        with pytest.raises(
+            BackendUnavailable, match=r"refused the request \(401.*set OPENAI_API_KEY.*not set"
+        ):
+            check_policy("llm", {"base_url": url})
+        monkeypatch.setenv("MY_KEY", "sk-local")
+        check_policy("llm", {"base_url": url, "api_key_env": "MY_KEY"})
+    finally:
+        httpd.shutdown()
+
+
+def test_a_batch_with_no_valid_action_is_said_out_loud():
+    from swerl.episode import Episode, Step
+    from swerl.rollout.checks import no_valid_action_warning, tail
+
+    def ep(task: str, *observations: str) -> Episode:
+        steps = [Step(i, "I think the bug is in", o) for i, o in enumerate(observations, 1)]
+        return Episode(task, 0, steps=steps, status="empty_patch", reward=0.0, reason="no_action")
+
+    bad = [ep("t-1", "Invalid action: no JSON tool call or bash block"), ep("t-2", "Invalid action: x")]
+    text = no_valid_action_warning(bad, max_new_tokens=64)
+    assert text and "none of the 2 episode(s)" in text and "max_new_tokens=64" in text
+    assert "'I think the bug is in'" in text and "Training with your own model" in text
+    assert (
+        no_valid_action_warning([*bad, ep("t-3", "Invalid action: x", "<returncode>0</returncode>")]) is None
+    )
+    assert no_valid_action_warning([]) is None
+    # An infra error's tail starts at a word, not mid-word ("kendUnavailable").
+    error = "Traceback ...\n" + "x" * 400 + " swerl.errors.BackendUnavailable: cannot reach the Docker daemon"
+    assert tail(error, 80) == "...swerl.errors.BackendUnavailable: cannot reach the Docker daemon"
+    assert tail("short", 80) == "short"

@@ -26,6 +26,7 @@ from swerl.episode import Episode, JsonlSink
 from swerl.errors import BackendUnavailable, ConfigError, SwerlError
 from swerl.policies.registry import make_policy
 from swerl.progress import RunProgress
+from swerl.rollout.checks import no_valid_action_warning
 from swerl.rollout.runner import RolloutRunner
 from swerl.sandbox.base import SandboxConfig
 from swerl.tasks.instance import load_instances, select
@@ -251,9 +252,10 @@ def run_config(
             + ". Use another name or output_dir, or pass --resume-anyway"
         )
     if _local_ray(cfg):
-        from swerl.preflight import preflight
+        from swerl.preflight import check_policy, preflight
 
         preflight(cfg.backend.name, cfg.backend.options, runner.tasks, cfg.tasks)
+        check_policy(cfg.policy.name, cfg.policy.options)
     out.mkdir(parents=True, exist_ok=True)
     if changes:  # resuming anyway: keep the config the earlier episodes were made with
         (out / "config.yaml").rename(out / f"config.before-{int(time.time())}.yaml")
@@ -284,6 +286,9 @@ def run_config(
         **cluster_summary(runner, new),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    warning = no_valid_action_warning(new)
+    if warning:
+        progress.message(f"warning: {warning}")
     if interrupted is not None:
         name = signal.Signals(interrupted.signum).name
         done = len(previous) + len([e for e in new if not e.infra_error])
