@@ -479,3 +479,22 @@ def test_a_batch_with_no_valid_action_is_said_out_loud():
     error = "Traceback ...\n" + "x" * 400 + " swerl.errors.BackendUnavailable: cannot reach the Docker daemon"
     assert tail(error, 80) == "...swerl.errors.BackendUnavailable: cannot reach the Docker daemon"
     assert tail("short", 80) == "short"
+
+
+def test_ctrl_c_in_the_sandbox_shell_stops_the_command_not_the_session(task_images):
+    p = subprocess.Popen([sys.executable, "-m", "swerl", "sandbox", "shell", "swerl__textkit-1"], env=env(),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        p.stdin.write("echo ready\nsleep 6\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == "ready\n"
+        time.sleep(1.0)  # `sleep 6` is running
+        p.send_signal(signal.SIGINT)
+        p.stdin.write("echo after\nexit\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert "^C: not waiting for it" in err and "after\n" in out and "Traceback" not in err
