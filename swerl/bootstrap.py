@@ -237,6 +237,38 @@ def _slurm_ready(nodes: list[str], wait: float) -> bool:
         time.sleep(1)
 
 
+HARBOR = "harbor==0.26.0"
+HARBOR_VENV = Path(os.environ.get("SWERL_CACHE", Path.home() / ".cache" / "swerl")) / "harbor-venv"
+"""Harbor (Python >= 3.12) in a venv of its own, for the test that loads swerl's exported task
+folders with Harbor's own loader; swerl itself never imports it."""
+
+
+def newer_python() -> str | None:
+    """A Python >= 3.12 on this machine (pyenv's or the system's), or None."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = sorted(pyenv.glob("3.1[2-9]*/bin/python3")) if pyenv.is_dir() else []
+    found += [Path(p) for p in map(shutil.which, ("python3.13", "python3.12")) if p]
+    return str(found[0]) if found else None
+
+
+def install_harbor_venv() -> None:
+    python = newer_python()
+    if python is None:
+        say("no Python >= 3.12 here: the test against Harbor's own task loader will be skipped")
+        return
+    if not (HARBOR_VENV / "bin" / "python").exists():
+        sh(python, "-m", "venv", str(HARBOR_VENV))
+    sh(
+        str(HARBOR_VENV / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        HARBOR,
+    )
+
+
 class _Background(threading.Thread):
     def __init__(self, fn: Callable[[], object]) -> None:
         super().__init__(daemon=True)
@@ -286,6 +318,7 @@ def test(args: argparse.Namespace) -> int:
     pip_install("test,train")  # train: torch (CPU build, pinned in pyproject.toml), transformers, trl
     vllm = start_vllm_venv()  # a few minutes: meanwhile verl and the images
     pip_install_verl()
+    install_harbor_venv()
     build_images()
     vllm.join()
     if vllm.error is not None:

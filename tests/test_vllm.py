@@ -183,3 +183,17 @@ def test_chat_mode_on_vllm_keeps_the_sampled_ids_and_lays_each_message_out_once(
     assert text.count("<|im_start|>user") == 3 and text.count("<|im_start|>assistant") == 3
     for obs in ["fix the bug", "file a.py", "tests fail"]:
         assert text.count(obs) == 1
+
+
+def test_replies_are_cut_to_the_context_left(vllm, tiny_model_dir, hf):
+    from swerl.errors import PolicyError
+
+    vllm.wait()
+    probe = LLMPolicy(str(tiny_model_dir), base_url=vllm.url, max_tokens=1)
+    n = len(probe.act(probe.start(None, 0), "fix it").info["prompt_ids"])
+    p = LLMPolicy(str(tiny_model_dir), base_url=vllm.url, max_tokens=12, temperature=1.0, max_context=n + 3)
+    state = p.start(None, 0)
+    d = p.act(state, "fix it")
+    assert 1 <= len(d.info["completion_ids"]) <= 3 and len(state.chat.ids) <= n + 3
+    with pytest.raises(PolicyError, match="fills the model's context"):
+        p.act(state, "a long observation " * 5)

@@ -91,6 +91,7 @@ class LLMPolicy:
         tokenizer: Any = None,
         top_p: float = 1.0,
         top_k: int | None = None,
+        max_context: int | None = None,
     ) -> None:
         if action_format not in ACTION_FORMATS:
             raise ConfigError(
@@ -104,6 +105,9 @@ class LLMPolicy:
         """The model's tokenizer, or a path/name to load it from (default: ``model``)."""
         self.top_p = top_p
         self.top_k = top_k
+        self.max_context = max_context
+        """The server's context length (vLLM ``--max-model-len``): in token mode a turn asks for at
+        most the tokens that still fit, so a long episode gets shorter replies, not server errors."""
         self._labels: bool | None = None
         """Whether the server labels its weights (vLLM in dev mode); None until asked."""
         self.model = model
@@ -325,6 +329,14 @@ class LLMPolicy:
         """``/v1/completions`` on token ids; None when the server cannot do it (decided on the first call)."""
         import openai
 
+        max_tokens = self.max_tokens
+        if self.max_context is not None:
+            max_tokens = min(max_tokens, self.max_context - len(prompt))
+            if max_tokens < 1:
+                raise PolicyError(
+                    f"the conversation ({len(prompt)} tokens) fills the model's context ({self.max_context}); "
+                    "lower the env's max_steps or observation_chars, or serve a longer context"
+                )
         extra: dict[str, Any] = {"return_token_ids": True}
         if self.top_k is not None:
             extra["top_k"] = self.top_k
@@ -332,7 +344,7 @@ class LLMPolicy:
             resp = self._chat().completions.create(
                 model=self.model,
                 prompt=prompt,
-                max_tokens=self.max_tokens,
+                max_tokens=max_tokens,
                 temperature=self.temperature,
                 top_p=self.top_p,
                 logprobs=0 if self.logprobs else None,
