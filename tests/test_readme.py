@@ -168,21 +168,22 @@ def canon(name: str) -> str:
 
 
 def _installed_by(line: str) -> set[str]:
-    """The distributions a README ``pip install`` line names: pins, and swerl's extras for ``.[x]``."""
-    from importlib import metadata
-
+    """The distributions a README ``pip install`` line names: pins, and for ``.[x]`` this checkout's
+    dependencies and extras (read from its pyproject.toml, not from whichever swerl is installed)."""
+    import tomllib
     from packaging.requirements import Requirement
 
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     out: set[str] = set()
     for arg in shlex.split(line.split("#", 1)[0])[2:]:
         if arg.startswith("-") or arg.startswith("http"):
             continue
         m = re.match(r"^\.(\[(?P<extras>[\w,]+)\])?$", arg)
         if m:
-            extras = set((m["extras"] or "").split(",")) - {""}
-            for r in map(Requirement, metadata.requires("swerl") or []):
-                if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in extras):
-                    out.add(canon(r.name))
+            reqs = list(project["dependencies"])
+            for extra in set((m["extras"] or "").split(",")) - {""}:
+                reqs += project["optional-dependencies"].get(extra, [])
+            out |= {canon(Requirement(r).name) for r in reqs}
             continue
         out.add(canon(Requirement(arg).name))
     return out
@@ -195,7 +196,7 @@ def test_every_python_block_needs_only_what_the_readme_installed_before_it():
 
     provides = metadata.packages_distributions()
     text = README.read_text().splitlines()
-    installed: set[str] = {"swerl"}
+    installed: set[str] = {"swerl", *_installed_by("pip install .")}  # swerl itself is a given
     missing = []
     for block in PYTHON:
         for line in text[: block.line]:
