@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_PACKAGES = ["docker.io", "debootstrap"]
-TEST_PACKAGES = [*RUN_PACKAGES, "slurm-wlm", "munge", "bubblewrap", "squashfuse", "iproute2"]
+TEST_PACKAGES = [*RUN_PACKAGES, "slurm-wlm", "munge", "bubblewrap", "squashfuse", "iproute2", "libseccomp2"]
 """squashfuse: the enroot backend starts sandboxes from the .sqsh where it exists (as Enroot does)."""
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
 
