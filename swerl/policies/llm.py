@@ -365,7 +365,9 @@ class LLMPolicy:
             raise PolicyError(f"the model server's answer has no choices: {str(resp)[:200]}")
         if _extra(choices[0], "token_ids") is None:
             return self._no_tokens("the server returned no sampled token ids (return_token_ids)")
-        self.mode = "tokens"
+        if self.mode != "tokens":
+            log.info("LLMPolicy runs token-in/token-out (/v1/completions on ids) at %s", self.base_url)
+            self.mode = "tokens"
         return resp
 
     def _no_tokens(self, why: str) -> None:
