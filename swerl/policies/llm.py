@@ -136,11 +136,9 @@ class LLMPolicy:
         if self._client is None:
             from openai import OpenAI
 
-            key = os.environ.get(self.api_key_env)
-            if key is None:
-                raise ConfigError(
-                    f"LLMPolicy: environment variable {self.api_key_env} is not set where the policy runs"
-                )
+            # A local server (vLLM, SGLang) usually has no key: send a placeholder, as their docs do;
+            # a server that wants one answers 401, which the rollout's preflight reports.
+            key = os.environ.get(self.api_key_env) or "EMPTY"
             self._client = OpenAI(
                 base_url=self.base_url, api_key=key, timeout=self.timeout, max_retries=self.max_retries
             )
