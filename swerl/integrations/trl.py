@@ -26,8 +26,10 @@ from typing import Any
 
 from swerl.episode import Episode
 from swerl.errors import ConfigError, InfraError
+from swerl.integrations.common import trainer_tokens
 from swerl.integrations.hf import HFGenerator
 from swerl.policies.model import ModelPolicy
+from swerl.rollout.checks import tail, warn_if_no_valid_action
 from swerl.rollout.runner import RolloutRunner
 from swerl.tasks.instance import Instance, load_instances
 
@@ -121,8 +123,9 @@ class SwerlRollout:
         if failed:
             raise InfraError(
                 f"{len(failed)} episode(s) failed on infrastructure after retries, e.g. "
-                f"{failed[0].task_id}#{failed[0].attempt}: {failed[0].error[-300:]}"
+                f"{failed[0].task_id}#{failed[0].attempt}: {tail(failed[0].error)}"
             )
+        warn_if_no_valid_action(ordered, self.max_new_tokens)
         out = rollout_batch(ordered)
         self.timings["rollout"].append(time.perf_counter() - t0)
         self.timings["generation"].append(sum(self._generating))
@@ -133,9 +136,10 @@ class SwerlRollout:
             self.runner.close()
 
 
-def rollout_batch(episodes: list[Episode]) -> dict[str, list[Any]]:
-    """The dict a TRL ``rollout_func`` returns, one entry per episode, from their exact token ids."""
-    trajs = [ep.to_tokens() for ep in episodes]
+def rollout_batch(episodes: list[Episode], allow_inexact: bool = False) -> dict[str, list[Any]]:
+    """The dict a TRL ``rollout_func`` returns, one entry per episode, from their exact token ids
+    (an inexact episode is refused unless ``allow_inexact``; see ``trainer_tokens``)."""
+    trajs = [trainer_tokens(ep, allow_inexact=allow_inexact) for ep in episodes]
     return {
         "prompt_ids": [t.prompt_ids for t in trajs],
         "completion_ids": [t.response_ids for t in trajs],
