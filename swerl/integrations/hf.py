@@ -30,8 +30,11 @@ class HFGenerator:
         self.top_k = top_k
         self.top_p = top_p
 
-    def generate(self, prompts: list[list[int]]) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], max_new_tokens: list[int] | None = None) -> list[Generation]:
+        """One completion per prompt; ``max_new_tokens`` caps each (below this generator's own)."""
         import torch
+
+        caps = [min(self.max_new_tokens, c) for c in max_new_tokens or [self.max_new_tokens] * len(prompts)]
 
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
         width = max(len(p) for p in prompts)
@@ -48,7 +51,7 @@ class HFGenerator:
                     input_ids=ids,
                     attention_mask=mask,
                     do_sample=sample,
-                    max_new_tokens=self.max_new_tokens,
+                    max_new_tokens=max(caps),
                     pad_token_id=pad,
                     eos_token_id=eos,
                     output_scores=True,
@@ -61,7 +64,8 @@ class HFGenerator:
         finally:
             self.model.train(training)
         gens = []
-        for row, lp in zip(out.sequences[:, width:].tolist(), scores.tolist(), strict=True):
+        for row, lp, cap in zip(out.sequences[:, width:].tolist(), scores.tolist(), caps, strict=True):
+            row = row[:cap]
             n = row.index(eos) + 1 if eos in row else len(row)
             gens.append(Generation(row[:n], [float(x) for x in lp[:n]], "stop" if eos in row else "length"))
         return gens
