@@ -83,7 +83,17 @@ def start_dockerd(timeout: float = 90.0) -> None:
     raise BootstrapError("dockerd did not come up; see /var/log/swerl-dockerd.log")
 
 
+def is_checkout(root: Path = ROOT) -> bool:
+    """Whether swerl runs from a source checkout (``pyproject.toml`` beside it), not site-packages."""
+    return (root / "pyproject.toml").is_file() and (root / "configs").is_dir()
+
+
 def pip_install(extras: str) -> None:
+    """Install the checkout (editable); an installed swerl (``pip install .``) is used as it is."""
+    if not is_checkout():
+        say(f"using the installed swerl at {ROOT / 'swerl'} (not a checkout: nothing to pip install)")
+        put_scripts_on_path()
+        return
     spec = f"{ROOT}[{extras}]" if extras else str(ROOT)
     sh(sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", spec)
     put_scripts_on_path()
@@ -227,8 +237,7 @@ def _slurm_ready(nodes: list[str], wait: float) -> bool:
 
 def build_images() -> None:
     sh(sys.executable, "-m", "swerl.cli", "images", "build-base")
-    if (ROOT / "envs" / "swerl-mini" / "tasks.jsonl").exists():
-        sh(sys.executable, "-m", "swerl.cli", "tasks", "build-images", "swerl-mini")
+    sh(sys.executable, "-m", "swerl.cli", "tasks", "build-images", "swerl-mini")  # bundled: any directory
 
 
 def run(args: argparse.Namespace) -> int:
@@ -241,6 +250,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def test(args: argparse.Namespace) -> int:
+    if not is_checkout():
+        raise BootstrapError(
+            f"`test` runs swerl's tests, which only a checkout has ({ROOT} is an installed swerl): "
+            "run `python3 -m swerl.bootstrap test` inside a clone of the repository"
+        )
     apt_install(TEST_PACKAGES)
     start_dockerd()
     start_slurm()

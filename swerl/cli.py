@@ -66,10 +66,13 @@ def cmd_tasks_build_images(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks_validate(args: argparse.Namespace) -> int:
+    from swerl.preflight import check_docker
     from swerl.tasks.instance import load_instances
     from swerl.tasks.validate import count_mismatches, format_table, validate_suite
 
-    rows = validate_suite(load_instances(args.suite), out=None)
+    instances = load_instances(args.suite)
+    check_docker((i.image for i in instances), args.suite)  # exit 3, one line: not a table of MISMATCH
+    rows = validate_suite(instances, out=None)
     _emit(args, [dataclasses.asdict(r) | {"ok": r.ok} for r in rows], format_table(rows))
     return EXIT_FAILED if count_mismatches(rows) else EXIT_OK
 
@@ -114,32 +117,41 @@ def cmd_eval(args: argparse.Namespace) -> int:
         client = connect()  # fail fast (exit 3) before grading; the report lists leftovers with it
     run_id = args.run_id or default_run_id()
     progress = (lambda _line: None) if args.json else print
-    runs = {}
-    for mode in ("official", "strict") if args.grading == "both" else (args.grading,):
-        runs[mode] = run_eval(
-            args.predictions,
-            instances,
-            run_id=mode_run_id(run_id, mode),
-            out=args.output_dir,
-            workers=args.workers,
-            timeout=args.timeout,
-            retries=args.retries,
-            backend=args.backend,
-            ray_address=args.ray_address,
-            docker_client=client,
-            progress=progress,
-            grading=mode,
-            executor=args.executor,
-            tasks=args.tasks,
-        )
+    runs, failed = {}, {}
+    modes = ("official", "strict") if args.grading == "both" else (args.grading,)
+    for mode in modes:
+        try:
+            runs[mode] = run_eval(
+                args.predictions,
+                instances,
+                run_id=mode_run_id(run_id, mode),
+                out=args.output_dir,
+                workers=args.workers,
+                timeout=args.timeout,
+                retries=args.retries,
+                backend=args.backend,
+                ray_address=args.ray_address,
+                docker_client=client,
+                progress=progress,
+                grading=mode,
+                executor=args.executor,
+                tasks=args.tasks,
+            )
+        except ConfigError:
+            raise  # the input is wrong for both halves alike
+        except Exception as e:  # one half's failure never stops the other's grading
+            if len(modes) == 1:
+                raise
+            failed[mode] = f"{type(e).__name__}: {e}"
+            print(f"swerl: {mode} grading failed: {failed[mode]}", file=sys.stderr)
     if len(runs) == 2:
         official, strict = (runs[m].statuses for m in ("official", "strict"))
         for iid in sorted(i for i in official if official[i] != strict.get(i)):
             progress(f"{iid}: official {official[iid]}, strict {strict.get(iid)} (see both reports)")
     if args.json:
-        out = {m: r.to_dict() for m, r in runs.items()}
-        print(json.dumps(out if len(runs) == 2 else out[args.grading], indent=2))
-    return EXIT_FAILED if any(r.infra_errors for r in runs.values()) else EXIT_OK
+        out = {m: r.to_dict() for m, r in runs.items()} | {m: {"error": e} for m, e in failed.items()}
+        print(json.dumps(out if len(modes) == 2 else out[args.grading], indent=2))
+    return EXIT_FAILED if failed or any(r.infra_errors for r in runs.values()) else EXIT_OK
 
 
 # ----------------------------------------------------------------- sandbox
