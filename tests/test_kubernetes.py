@@ -7,6 +7,7 @@ start failures as infra errors, cleanup, reaping, RBAC, grading, exec latency.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 
@@ -89,6 +90,47 @@ def test_a_pod_has_the_pod_network_and_says_whether_it_may(k8s, base_image, sand
             assert labels[NETWORK_LABEL] == ("allowed" if network else "none")
             policy = kuberay.network_policy(NAMESPACE)
             assert _policy_selects(policy, labels) is not network
+
+
+_CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7}
+
+_INSIDE = r"""
+grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status
+cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max
+q=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null) && echo "$q $(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)" || cat /sys/fs/cgroup/cpu.max
+test -e /var/run/secrets/kubernetes.io/serviceaccount && echo token || echo no-token
+id -u; hostname
+"""
+
+
+def test_limits_and_lockdown_as_seen_inside_the_pod(k8s, base_image, sandbox_config):
+    """What the container runtime applied, read from inside: capabilities bounded to
+    ``cap_add``, no new privileges, a seccomp filter, the memory and cpu limits, no
+    service account token, the user, the hostname."""
+    cfg = sandbox_config.replace(memory="512m", cpus=0.5)
+    with make_sandbox("kubernetes", base_image, cfg) as sb:
+        lines = sb.execute(_INSIDE, cwd="/").output.splitlines()
+    status = dict(line.split(":\t") for line in lines[:4])
+    caps = sum(1 << _CAP_BITS[c] for c in cfg.cap_add)
+    assert int(status["CapEff"], 16) == caps and int(status["CapBnd"], 16) == caps
+    assert status["NoNewPrivs"] == "1" and status["Seccomp"] == "2"  # 2: a seccomp filter
+    assert lines[4] == str(512 * 1024**2)
+    quota, period = lines[5].split()
+    assert int(quota) / int(period) == 0.5
+    assert lines[6:] == ["no-token", "0", "sandbox"]
+    with make_sandbox("kubernetes", base_image, sandbox_config.replace(user="1000:1000")) as sb:
+        assert sb.execute("id -u; id -g").output == "1000\n1000\n"
+
+
+def test_the_pod_ends_with_its_lifetime(k8s, base_image, sandbox_config):
+    sb = make_sandbox("kubernetes", base_image, sandbox_config.replace(lifetime=3)).start()
+    try:
+        time.sleep(6)
+        with pytest.raises(SandboxError, match=r"Succeeded|Failed|DeadlineExceeded|no longer exists"):
+            sb.execute("echo still here")
+    finally:
+        sb.close()
+    assert not k8s.pod_exists(NAMESPACE, sb.name)
 
 
 def test_missing_image_is_image_missing_and_pod_is_deleted(k8s, sandbox_config):
@@ -433,3 +475,45 @@ def test_the_double_refuses_what_it_does_not_implement(k8s, k8s_double_only):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, context=tls)
     assert e.value.code == 404 and b"does not implement GET" in e.value.read()
+
+
+def _dropped(sent: object, kept: object, path: str = "") -> list[str]:
+    """Paths of what was sent and is not in what the API server kept (pruned or changed)."""
+    if isinstance(sent, dict):
+        if not isinstance(kept, dict):
+            return [path or "/"]
+        return [p for k, v in sent.items() for p in _dropped(v, kept.get(k, _ABSENT), f"{path}.{k}")]
+    if isinstance(sent, list):
+        if not isinstance(kept, list) or len(kept) != len(sent):
+            return [path]
+        return [
+            p for i, (s, k) in enumerate(zip(sent, kept, strict=True)) for p in _dropped(s, k, f"{path}[{i}]")
+        ]
+    return [] if str(sent) == str(kept) else [path]
+
+
+_ABSENT = object()
+
+
+def test_rendered_manifests_pass_a_real_api_servers_schema(k8s, tmp_path):
+    """Server-side dry run of every rendered document on a real cluster: the API server's
+    own validation (core types, and the KubeRay CRDs' OpenAPI schemas where installed),
+    and nothing sent was pruned as unknown. The operator itself is not run."""
+    if not hasattr(k8s, "api_client"):
+        pytest.skip("needs a real API server ($SWERL_K8S_REAL): the double implements no dry run")
+    from kubernetes.dynamic import DynamicClient
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+    dyn = DynamicClient(k8s.api_client)
+    cfg = dataclasses.replace(_config(tmp_path), namespace=NAMESPACE, sandbox_namespace=NAMESPACE)
+    checked = []
+    for doc in kuberay.render(cfg):
+        try:
+            res = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        except ResourceNotFoundError:
+            pytest.skip(f"{doc['apiVersion']} {doc['kind']} is not served: install the KubeRay CRDs")
+        kept = res.create(body=doc, namespace=doc["metadata"].get("namespace"), dry_run="All").to_dict()
+        body = {k: v for k, v in doc.items() if k != "metadata"}
+        assert not _dropped(body, kept), (doc["kind"], _dropped(body, kept))
+        checked.append(doc["kind"])
+    assert checked[-2:] == ["RayCluster", "RayJob"]

@@ -32,7 +32,14 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 from swerl.errors import ConfigError, PolicyError
-from swerl.integrations.common import make_action_format, on_loop, plain, require_reward, run_in_thread
+from swerl.integrations.common import (
+    make_action_format,
+    on_loop,
+    plain,
+    require_reward,
+    run_in_thread,
+    trainer_tokens,
+)
 from swerl.policies.model import Generation, ModelPolicy
 from swerl.rollout.runner import RolloutRunner
 from swerl.tasks.instance import Instance, load_instances
@@ -176,7 +183,7 @@ class SwerlAgentLoop(AgentLoopBase):
         runner = RolloutRunner([self.tasks[task_id]], policy, run_id=run_id, **self.runner_kwargs)
         (ep,) = await run_in_thread(runner, close=True)
         reward = require_reward(ep)
-        t = ep.to_tokens()
+        t = trainer_tokens(ep)  # sampled through verl's own server: exact, else refused
         if len(t.response_ids) > n:  # the policy stops at the budget; anything else is a bug
             raise PolicyError(f"episode response of {len(t.response_ids)} tokens over response_length={n}")
         grade_time = ep.timings.get("grade", 0.0)

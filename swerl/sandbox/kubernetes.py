@@ -12,8 +12,11 @@ Auth: in a pod (a Ray worker on KubeRay) the service account token is used
 
 Kubernetes has no per-pod pids limit in the pod spec: it is the kubelet's
 ``podPidsLimit``. The requested limit is recorded in the ``swerl.io/pids-limit``
-annotation. Network isolation is a NetworkPolicy (``swerl.cluster.kuberay``
-renders one) selecting ``swerl.owner=swerl`` pods without ``swerl.network=allowed``.
+annotation. Network: every pod has its cluster's pod network (an ``eth0``), and the
+pod spec has no way to opt out; swerl labels a sandbox without network
+``swerl.network=none`` and ``swerl.cluster.kuberay`` renders a NetworkPolicy denying
+such pods all ingress and egress, which holds only where the CNI enforces
+NetworkPolicy (swerl cannot see whether it does).
 """
 
 from __future__ import annotations
