@@ -8,6 +8,7 @@ the ``swerl.episode.Sampled`` keys, so ``Episode.to_tokens()`` is exact.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -29,7 +30,9 @@ class Generation:
 
 class Generator(Protocol):
     """Samples one completion per prompt. A policy with a token budget passes ``max_new_tokens``
-    (one cap per prompt); a generator must then sample no more than that for each."""
+    (one cap per prompt); a generator must then sample no more than that for each. A
+    generator whose ``generate`` takes ``sessions`` gets one id per prompt (``task_attempt``,
+    the same on every turn of a trajectory)."""
 
     tokenizer: Any
 
@@ -112,10 +115,13 @@ class ModelPolicy:
         rooms = [self._room(st) for st in states]
         go = [i for i, r in enumerate(rooms) if not isinstance(r, str)]
         prompts = [states[i].chat.ids for i in go]  # type: ignore[union-attr]
-        if self.max_response_tokens is None:
-            gens = self.generator.generate(prompts) if go else []
-        else:
-            gens = self.generator.generate(prompts, max_new_tokens=[int(rooms[i]) for i in go]) if go else []
+        kw: dict[str, Any] = {}
+        if self.max_response_tokens is not None:
+            kw["max_new_tokens"] = [int(rooms[i]) for i in go]
+        if "sessions" in inspect.signature(self.generator.generate).parameters:
+            # one id per trajectory, for servers that route a session's turns to one replica
+            kw["sessions"] = [f"{states[i].task.instance_id}_{states[i].attempt}" for i in go]
+        gens = self.generator.generate(prompts, **kw) if go else []
         by_index = dict(zip(go, gens, strict=True))
         out = []
         for i, (st, turn) in enumerate(zip(states, turns, strict=True)):
