@@ -131,7 +131,10 @@ class SlurmSection(Section):
 class RolloutConfig(Section):
     name: str = "rollout"
     tasks: str = "swerl-mini"
-    """A bundled suite name, a JSON/JSONL file or a dataset."""
+    """A bundled suite name, a suite directory, a SWE-bench-family JSON/JSONL file or dataset, or a
+    Harbor task folder (or a folder of them): recognised by its shape (swerl.tasks.sources)."""
+    tasks_source: str | None = None
+    """Force how ``tasks`` is read: harbor, synth, swebench or a SWE-bench family (swe-gym, ...)."""
     task_ids: list[str] | None = None
     output_dir: str = "runs/{name}"
     backend: BackendSection = Field(default_factory=BackendSection)

@@ -24,11 +24,11 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-VERSION = "2"
+VERSION = "3"
 
 
 def default_dir() -> Path:
-    """Where the model is cached: ``$SWERL_TINY_MODEL``, else ``~/.cache/swerl/tiny-model-v2``."""
+    """Where the model is cached: ``$SWERL_TINY_MODEL``, else ``~/.cache/swerl/tiny-model-v3``."""
     env = os.environ.get("SWERL_TINY_MODEL")
     return Path(env) if env else Path.home() / ".cache" / "swerl" / f"tiny-model-v{VERSION}"
 
@@ -80,11 +80,12 @@ def build_model(tokenizer, seed: int = 0):
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,  # vLLM's in-place weight reload skips a tied lm_head
     )
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.do_sample = True  # as real chat models ship: servers sample by default
     return model
 
 
