@@ -162,20 +162,29 @@ def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int) -> lis
     )
     taken: list[Episode] = []
     opt_s = 0.0
-    with runner, Prefetch(runner.stream(), ahead=envs // 4) as stream:
+    per_step = envs // 4  # groups per optimizer step: one batch of `envs` episodes, as TRL's step
+    with runner, Prefetch(runner.stream(), ahead=per_step) as stream:
         it = iter(stream)
         first = next(it)  # actors started, first group in
         t0, g0, w0 = time.perf_counter(), len(gen_seconds), stream.waited
+        batch: list[list[Episode]] = []
         for n, group in enumerate(itertools.chain([first], it)):
             if n >= groups:
                 break
+            batch.append(group)
+            if len(batch) < per_step and n + 1 < groups:
+                continue
             t = time.perf_counter()
-            _grpo_step(model, opt, [e for e in group if e.reward is not None])
+            for g in batch:
+                _grpo_step(model, opt, [e for e in g if e.reward is not None], step=False)
+            opt.step()
+            opt.zero_grad()
             sampler.load_weights(model)
             runner.set_policy_version(runner.policy_version + 1)
-            if n:
+            if n >= per_step:  # the first batch (actors starting) is left out
                 opt_s += time.perf_counter() - t
-                taken.extend(group)
+                taken.extend(e for g in batch for e in g)
+            batch = []
         wall = time.perf_counter() - t0
         wait = stream.waited - w0
         stale = runner.stats["stale_rerun"]
@@ -186,7 +195,7 @@ def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int) -> lis
     return row
 
 
-def _grpo_step(model: Any, opt: Any, group: list[Episode]) -> None:
+def _grpo_step(model: Any, opt: Any, group: list[Episode], step: bool = True) -> None:
     """One policy-gradient step on a group: advantage = (reward - mean) / std, loss on model tokens."""
     import torch
 
@@ -203,8 +212,9 @@ def _grpo_step(model: Any, opt: Any, group: list[Episode]) -> None:
         resp = logp[len(t.prompt_ids) - 1 :]
         loss = loss - a * (resp * mask).sum() / mask.sum().clamp(min=1)
     (loss / len(group)).backward()
-    opt.step()
-    opt.zero_grad()
+    if step:
+        opt.step()
+        opt.zero_grad()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:
         rows = [run_trl(tasks, model_dir, args.envs, args.steps, args.max_new_tokens, f"{d}/trl.jsonl")]
-    groups = (args.steps - 1) * args.envs // 4 + 1
+    groups = args.steps * args.envs // 4  # one optimizer step per batch of --envs episodes, as TRL
     rows.append(run_async(tasks, model_dir, args.envs, groups, args.max_new_tokens))
     print(f"{args.envs} envs in flight; seconds per batch of {args.envs} episodes; {os.cpu_count()} CPUs, "
           f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}")  # fmt: skip
