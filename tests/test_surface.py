@@ -45,8 +45,9 @@ def swerl(*args: str, timeout: float = 300, **extra: str) -> subprocess.Complete
 
 def leftovers(docker_client, run_id: str) -> list:
     """swerl containers of a run (its sandboxes are labelled with actor ids RUN_ID-aN)."""
-    found = docker_client.containers.list(all=True, filters={"label": "swerl.owner=swerl"})
-    return [c for c in found if c.labels.get(RUN_LABEL, "").startswith(f"{run_id}-")]
+    # sparse: the list alone, no inspect per container (which fails when anyone's container goes meanwhile)
+    found = docker_client.containers.list(all=True, sparse=True, filters={"label": "swerl.owner=swerl"})
+    return [c for c in found if (c.attrs.get("Labels") or {}).get(RUN_LABEL, "").startswith(f"{run_id}-")]
 
 
 # ------------------------------------------------------------- entry points
