@@ -78,7 +78,7 @@ def prepare(spec: str, workdir: Path) -> Repo:
     if path.is_file() and path.suffix == ".bundle":
         dst = workdir / path.stem
         shutil.rmtree(dst, ignore_errors=True)
-        git(workdir, "clone", "-q", str(path), str(dst))
+        git(workdir, "clone", "-q", str(path.resolve()), str(dst))
         return _describe(dst, path.stem.replace("__", "/", 1))
     if path.is_file():
         return _from_archive(path, workdir)
