@@ -25,19 +25,34 @@ from swerl.tasks.synth.repo import Repo, git
 REPO_DOCKERFILE = 'FROM {base}\nCOPY testbed /testbed\nWORKDIR /testbed\nCMD ["bash"]\n'
 
 
-def _build(client: object, dockerfile: str, files: list[tuple[str, bytes, int]], tag: str, labels: dict) -> None:
+def _build(
+    client: object, dockerfile: str, files: list[tuple[str, bytes | None, int]], tag: str, labels: dict
+) -> None:
+    """Build from an in-memory context; an entry with ``None`` data is a directory (git needs empty ``refs/``)."""
     import docker.errors
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data, mode in [("Dockerfile", dockerfile.encode(), 0o644), *files]:
             info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), 0, mode
-            tar.addfile(info, io.BytesIO(data))
+            info.mtime, info.mode = 0, mode
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
     buf.seek(0)
     try:
         client.images.build(  # type: ignore[attr-defined]
-            fileobj=buf, custom_context=True, tag=tag, labels=labels, pull=False, network_mode="none", rm=True, forcerm=True
+            fileobj=buf,
+            custom_context=True,
+            tag=tag,
+            labels=labels,
+            pull=False,
+            network_mode="none",
+            rm=True,
+            forcerm=True,
         )
     except (docker.errors.BuildError, docker.errors.APIError) as e:
         raise InfraError(f"building {tag} failed: {e}") from e
@@ -45,7 +60,9 @@ def _build(client: object, dockerfile: str, files: list[tuple[str, bytes, int]],
 
 def _tree_files(repo_path: Path, commit: str, only: set[str] | None = None) -> list[tuple[str, bytes, int]]:
     """Files of ``commit`` as (testbed/path, bytes, mode), from ``git archive`` (ignored files never leak in)."""
-    data = subprocess.run(["git", "archive", "--format=tar", commit], cwd=repo_path, capture_output=True, check=True).stdout
+    data = subprocess.run(
+        ["git", "archive", "--format=tar", commit], cwd=repo_path, capture_output=True, check=True
+    ).stdout
     out = []
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         for m in tar.getmembers():
@@ -61,11 +78,17 @@ def repo_image(repo: Repo, client: object, commit: str | None = None) -> str:
     digest = hashlib.sha256(f"{base}\0{REPO_DOCKERFILE}\0{commit}".encode()).hexdigest()[:16]
     tag = f"swerl-synth.{repo.slug.lower()}:{digest}"
     if not _image_exists(client, tag):
-        _build(client, REPO_DOCKERFILE.format(base=base), _tree_files(repo.path, commit), tag, {"swerl.synth": repo.name, "swerl.synth.commit": commit})
+        _build(
+            client,
+            REPO_DOCKERFILE.format(base=base),
+            _tree_files(repo.path, commit),
+            tag,
+            {"swerl.synth": repo.name, "swerl.synth.commit": commit},
+        )
     return tag
 
 
-def _git_dir_files(repo_path: Path, commit: str) -> list[tuple[str, bytes, int]]:
+def _git_dir_files(repo_path: Path, commit: str) -> list[tuple[str, bytes | None, int]]:
     """A .git holding only ``commit`` (its objects, packed) on branch main, as testbed/.git/... files."""
     with tempfile.TemporaryDirectory(prefix="swerl-synth-git-") as tmp:
         dst = Path(tmp) / "r"
@@ -81,14 +104,16 @@ def _git_dir_files(repo_path: Path, commit: str) -> list[tuple[str, bytes, int]]
                 subprocess.run(["rm", "-rf", str(p)], check=True)
             else:
                 p.unlink(missing_ok=True)
-        out = []
+        out: list[tuple[str, bytes | None, int]] = [("testbed/.git", None, 0o755)]
         for f in sorted((dst / ".git").rglob("*")):
-            if f.is_file():
-                out.append((f"testbed/.git/{f.relative_to(dst / '.git')}", f.read_bytes(), 0o644))
+            name = f"testbed/.git/{f.relative_to(dst / '.git')}"
+            out.append((name, None, 0o755) if f.is_dir() else (name, f.read_bytes(), 0o644))
         return out
 
 
-def task_image(inst: object, repo: Repo, bundle: Path, repo_img: str, repo_commit: str, client: object) -> str:
+def task_image(
+    inst: object, repo: Repo, bundle: Path, repo_img: str, repo_commit: str, client: object
+) -> str:
     """The task's image as a COPY layer on ``repo_img``: changed files + a one-commit .git."""
     base = build_base_image(client=client)
     _, digest = _task_recipe(inst, base, bundle)
@@ -96,7 +121,9 @@ def task_image(inst: object, repo: Repo, bundle: Path, repo_img: str, repo_commi
     if _recipe_of(client, name) == digest:
         return name
     commit = inst.base_commit  # type: ignore[attr-defined]
-    changed = set(git(repo.path, "diff", "--name-only", "-z", "--no-renames", repo_commit, commit).split("\0")) - {""}
+    changed = set(
+        git(repo.path, "diff", "--name-only", "-z", "--no-renames", repo_commit, commit).split("\0")
+    ) - {""}
     files = _tree_files(repo.path, commit, only=changed) + _git_dir_files(repo.path, commit)
     deleted = [p for p in changed if not any(f[0] == f"testbed/{p}" for f in files)]
     if deleted:  # a COPY layer cannot delete; such tasks take the generic recipe

@@ -62,6 +62,8 @@ class InjectStats:
     agreed: int = 0
     rejected: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     probe_seconds: float = 0.0
+    runs: int = 0
+    """Test runs done by the probe (one mutant's tests once)."""
 
 
 def job_base(repo: Repo, timeout: float) -> dict:
@@ -72,7 +74,9 @@ def baseline(repo: Repo, image: str, runs: int = 3, timeout: float = 900.0, use_
     """The whole suite ``runs`` times in one sandbox; the first run records which code each test calls."""
     if not repo.tests:
         raise ConfigError(f"{repo.name}: no test files (test_*.py / *_test.py) found")
-    roots = sorted({str(Path(ROOT) / (s.rsplit("/", 1)[0] if "/" in s else "")) for s in repo.sources}) or [ROOT]
+    roots = sorted({str(Path(ROOT) / (s.rsplit("/", 1)[0] if "/" in s else "")) for s in repo.sources}) or [
+        ROOT
+    ]
     job = {**job_base(repo, timeout), "kind": "baseline", "tests": repo.tests, "files": repo.tests, "runs": runs,
            "source_roots": roots, "baseline_timeout": timeout, "inproc": True}  # fmt: skip
     ((_, result),) = list(run_jobs([(image, job, timeout * runs + 120)], 1, use_ray))
@@ -140,13 +144,20 @@ def candidates(
             jobs = []
             for i in range(0, len(todo), chunk):
                 part = [dict(it, runs=runs) for it in todo[i : i + chunk]]
-                job = {**job_base(repo, timeout), "kind": "mutants", "mutants": part, "inproc": inproc, "files": repo.tests}
+                job = {
+                    **job_base(repo, timeout),
+                    "kind": "mutants",
+                    "mutants": part,
+                    "inproc": inproc,
+                    "files": repo.tests,
+                }
                 jobs.append((image, job, (timeout + 5) * runs * len(part) + 300))
             for _, res in run_jobs(jobs, workers, use_ray):
                 if isinstance(res, Exception):
                     log.warning("probe batch failed: %s", res)
                     continue
                 for r in res:
+                    stats.runs += len(r["runs"])
                     if not (inproc and r["runs"][0]["status"] == "noswap"):
                         out[r["id"]] = r["runs"]
                     else:

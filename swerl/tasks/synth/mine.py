@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import shlex
-from pathlib import Path
 
 from swebench.harness.log_parsers import parse_log_pytest
 
@@ -26,7 +25,9 @@ log = logging.getLogger(__name__)
 def commits(repo: Repo, limit: int | None = None) -> list[tuple[str, str, list[str], list[str], str]]:
     """(commit, parent, test files, other files, message) of first-parent commits changing both."""
     out = []
-    for line in git(repo.path, "rev-list", "--first-parent", "--no-merges", "--parents", repo.head).splitlines():
+    for line in git(
+        repo.path, "rev-list", "--first-parent", "--no-merges", "--parents", repo.head
+    ).splitlines():
         parts = line.split()
         if len(parts) != 2:
             continue  # the root commit has no parent to fail at
@@ -69,7 +70,9 @@ def _statuses(sb: object, command: str, timeout: float) -> tuple[dict[str, str],
     return parse_log_pytest(r.output, None), r.duration  # type: ignore[arg-type]
 
 
-def mine(repo: Repo, image: str, test_command: str, timeout: float = 300.0, limit: int | None = None) -> list[Candidate]:
+def mine(
+    repo: Repo, image: str, test_command: str, timeout: float = 300.0, limit: int | None = None
+) -> list[Candidate]:
     """Mined candidates of ``repo`` (run in one sandbox of ``image``, a history image)."""
     from swerl.sandbox import make_sandbox
 
@@ -82,7 +85,17 @@ def mine(repo: Repo, image: str, test_command: str, timeout: float = 300.0, limi
         sb.start()
         for commit, parent, tests, _other, message in found:
             test_patch = git(repo.path, "diff", "--no-color", "--no-ext-diff", parent, commit, "--", *tests)
-            fix = git(repo.path, "diff", "--no-color", "--no-ext-diff", parent, commit, "--", ".", *[f":(exclude){t}" for t in tests])
+            fix = git(
+                repo.path,
+                "diff",
+                "--no-color",
+                "--no-ext-diff",
+                parent,
+                commit,
+                "--",
+                ".",
+                *[f":(exclude){t}" for t in tests],
+            )
             sb.write_file("/tmp/swerl_test.patch", test_patch.encode())
             files = " ".join(map(shlex.quote, tests))
             before_cmd = (f"git checkout -qf {parent} && git clean -fdqx && git apply /tmp/swerl_test.patch && "
@@ -106,5 +119,3 @@ def mine(repo: Repo, image: str, test_command: str, timeout: float = 300.0, limi
     finally:
         sb.close()
     return out
-
-

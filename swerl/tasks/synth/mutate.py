@@ -59,7 +59,11 @@ Rewrite = tuple[ast.AST, ast.AST | None, str]
 
 def _cmp(node: ast.AST) -> Iterator[Rewrite]:
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in FLIP_CMP:
-        yield node, ast.Compare(node.left, [FLIP_CMP[type(node.ops[0])]()], node.comparators), "flip_comparison"
+        yield (
+            node,
+            ast.Compare(node.left, [FLIP_CMP[type(node.ops[0])]()], node.comparators),
+            "flip_comparison",
+        )
 
 
 def _binop(node: ast.AST) -> Iterator[Rewrite]:
@@ -75,7 +79,10 @@ def _binop(node: ast.AST) -> Iterator[Rewrite]:
 
 
 def _is_str(*nodes: ast.AST) -> bool:
-    return any(isinstance(n, (ast.JoinedStr, ast.Constant)) and isinstance(getattr(n, "value", ""), str) for n in nodes)
+    return any(
+        isinstance(n, (ast.JoinedStr, ast.Constant)) and isinstance(getattr(n, "value", ""), str)
+        for n in nodes
+    )
 
 
 def _off_by_one(node: ast.AST) -> Iterator[Rewrite]:
@@ -92,13 +99,17 @@ def _boundary(node: ast.AST) -> Iterator[Rewrite]:
             if bound is not None and not isinstance(bound, ast.Constant):
                 shifted = ast.BinOp(bound, ast.Add(), ast.Constant(1))
                 yield bound, shifted, "shift_boundary"
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
-        if len(node.args) in (1, 2) and not isinstance(node.args[-1], ast.Constant):
-            yield node.args[-1], ast.BinOp(node.args[-1], ast.Sub(), ast.Constant(1)), "shift_boundary"
+    is_range = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
+    if is_range and len(node.args) in (1, 2) and not isinstance(node.args[-1], ast.Constant):  # type: ignore[attr-defined]
+        yield node.args[-1], ast.BinOp(node.args[-1], ast.Sub(), ast.Constant(1)), "shift_boundary"
 
 
 def _swap_args(node: ast.AST) -> Iterator[Rewrite]:
-    if isinstance(node, ast.Call) and len(node.args) >= 2 and not any(isinstance(a, ast.Starred) for a in node.args[:2]):
+    if (
+        isinstance(node, ast.Call)
+        and len(node.args) >= 2
+        and not any(isinstance(a, ast.Starred) for a in node.args[:2])
+    ):
         a, b = node.args[0], node.args[1]
         if ast.dump(a) != ast.dump(b):
             yield node, ast.Call(node.func, [b, a, *node.args[2:]], node.keywords), "swap_arguments"
@@ -130,7 +141,17 @@ OPERATORS: dict[str, Callable[[ast.AST], Iterator[Rewrite]]] = {
     "branches": _branches,
 }
 """Expression-level operators; statement removal and default changes are handled per function."""
-REMOVABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.If, ast.For, ast.While, ast.Raise, ast.With)
+REMOVABLE = (
+    ast.Expr,
+    ast.Assign,
+    ast.AugAssign,
+    ast.AnnAssign,
+    ast.If,
+    ast.For,
+    ast.While,
+    ast.Raise,
+    ast.With,
+)
 
 
 def _functions(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str, ast.AST]]:
@@ -155,7 +176,9 @@ def _own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
         node = stack.pop()
         yield node
         for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.JoinedStr)):
+            if not isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.JoinedStr)
+            ):
                 stack.append(child)
 
 
@@ -189,7 +212,9 @@ def _splice(lines: list[str], node: ast.AST, new: ast.AST | None) -> list[tuple[
     return out
 
 
-def _expected(tree: ast.AST, parents: dict[int, tuple[ast.AST, str, int | None]], node: ast.AST, new: ast.AST | None) -> str:
+def _expected(
+    tree: ast.AST, parents: dict[int, tuple[ast.AST, str, int | None]], node: ast.AST, new: ast.AST | None
+) -> str:
     """``ast.dump`` of ``tree`` (a top-level definition) with ``node`` replaced by ``new`` (None: removed), computed in place and undone."""
     parent, name, index = parents[id(node)]
     value = getattr(parent, name)
@@ -249,10 +274,22 @@ def mutants_of_source(path: str, source: str, rng: random.Random | None = None) 
         for block in _blocks(fn):
             if len(block) >= 2:
                 for stmt in block:
-                    if isinstance(stmt, REMOVABLE) and not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
-                        rewrites.append((stmt, None, "remove_statement" if not isinstance(stmt, ast.If) else "remove_branch"))
+                    if isinstance(stmt, REMOVABLE) and not (
+                        isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+                    ):
+                        rewrites.append(
+                            (
+                                stmt,
+                                None,
+                                "remove_statement" if not isinstance(stmt, ast.If) else "remove_branch",
+                            )
+                        )
             for stmt in block:
-                if isinstance(stmt, ast.If) and stmt.orelse and not (len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If)):
+                if (
+                    isinstance(stmt, ast.If)
+                    and stmt.orelse
+                    and not (len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If))
+                ):
                     rewrites.append((stmt, ast.If(stmt.test, stmt.body, []), "remove_branch"))
         for d in [*fn.args.defaults, *(k for k in fn.args.kw_defaults if k is not None)]:
             if isinstance(d, ast.Constant):
@@ -281,7 +318,9 @@ def mutants_of_source(path: str, source: str, rng: random.Random | None = None) 
                     compile(seg_tree, path, "exec")
                 except (SyntaxError, ValueError):
                     continue
-                if len(seg_tree.body) == 1 and ast.dump(seg_tree.body[0]) == expected:  # exactly the intended edit
+                if (
+                    len(seg_tree.body) == 1 and ast.dump(seg_tree.body[0]) == expected
+                ):  # exactly the intended edit
                     out.setdefault(m.key, m)
                     break
     return list(out.values())

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from swebench.harness.constants import START_TEST_OUTPUT
+
 from swerl.tasks.instance import Instance
 from swerl.tasks.synth.inject import Candidate, InjectStats, baseline, candidates
 from swerl.tasks.synth.repo import Repo, prepare
@@ -65,6 +67,8 @@ def check_one(inst: Instance, timeout: float = 300.0) -> tuple[bool, str]:
     if g.status.value != "resolved":
         return False, f"gold {g.status.value}: {g.error or ','.join(g.failed_tests)[:200]}"
     ev = evaluate(inst, "", factory, timeout)
+    if "fatal:" in ev.log.split(START_TEST_OUTPUT)[0]:  # e.g. the image's /testbed is not at base_commit
+        return False, f"image repository broken: {ev.log.split(START_TEST_OUTPUT)[0][-200:]}"
     status, smap, _ = judge(inst, "", ev.log)
     if status.value != "unresolved":
         return False, f"no patch {status.value}"
@@ -80,13 +84,15 @@ def _check_chunk(rows: list[dict], timeout: float) -> list[tuple[str, bool, str]
         inst = Instance.from_dict(row)
         try:
             ok, why = check_one(inst, timeout)
-        except Exception as e:  # noqa: BLE001 - an infra failure rejects the task, reported
+        except Exception as e:
             ok, why = False, f"infra: {e}"[:200]
         out.append((inst.instance_id, ok, why))
     return out
 
 
-def check_all(instances: list[Instance], workers: int, use_ray: bool, timeout: float = 300.0, chunk: int = 10) -> dict[str, tuple[bool, str]]:
+def check_all(
+    instances: list[Instance], workers: int, use_ray: bool, timeout: float = 300.0, chunk: int = 10
+) -> dict[str, tuple[bool, str]]:
     """``check_one`` over every instance, ``workers`` at a time (Ray tasks, or threads)."""
     rows = [i.to_dict() for i in instances]
     parts = [rows[i : i + chunk] for i in range(0, len(rows), chunk)]
@@ -116,7 +122,9 @@ def check_all(instances: list[Instance], workers: int, use_ray: bool, timeout: f
     return results
 
 
-def build_images(repo: Repo, items: list[tuple[Instance, Candidate]], bundle: Path, repo_img: str | None, workers: int) -> None:
+def build_images(
+    repo: Repo, items: list[tuple[Instance, Candidate]], bundle: Path, repo_img: str | None, workers: int
+) -> None:
     """Injected tasks: thin COPY layers on the repo image; mined ones: the generic bundle recipe."""
     from swerl.sandbox.docker import connect
     from swerl.tasks.images import build_task_images
@@ -170,7 +178,7 @@ def synthesize(
             report.repos.append(rr)
             try:
                 repo = prepare(spec, work)
-            except Exception as e:  # noqa: BLE001 - one bad repository does not stop the others
+            except Exception as e:
                 rr.error = str(e)[:500]
                 continue
             rr.repo = repo.name
@@ -178,7 +186,10 @@ def synthesize(
             repo_img = None
             if "mine" in methods and int(repo_git_count(repo)) > 1:
                 cands = mine(repo, history_image(repo, client), test_command(repo), limit=max_candidates)
-                rr.method_counts["mine"] = {"candidates": int(repo_git_count(repo)) - 1, "probed_ok": len(cands)}
+                rr.method_counts["mine"] = {
+                    "candidates": int(repo_git_count(repo)) - 1,
+                    "probed_ok": len(cands),
+                }
                 found += cands
             rr.seconds["mine"] = time.monotonic() - t0
             if "inject" in methods and repo.sources:
@@ -186,7 +197,7 @@ def synthesize(
                 repo_img = repo_image(repo, client)
                 try:
                     base = baseline(repo, repo_img, use_ray=use_ray)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     rr.error = f"baseline: {e}"[:500]
                     base = None
                 if base is not None and base.stable:
@@ -194,7 +205,8 @@ def synthesize(
                     cands = candidates(repo, repo_img, base, per_function=per_function, max_candidates=max_candidates,
                                        workers=workers, seed=seed, use_ray=use_ray, stats=st,
                                        max_test_seconds=max_test_seconds)  # fmt: skip
-                    rr.method_counts["inject"] = {"generated": st.generated, "candidates": st.probed, "probed_ok": len(cands)}
+                    rr.method_counts["inject"] = {"generated": st.generated, "candidates": st.probed, "probed_ok": len(cands),
+                                                  "probe_runs": st.runs}  # fmt: skip
                     rr.rejected = dict(st.rejected)
                     found += cands
                 rr.seconds["inject_probe"] = time.monotonic() - t1

@@ -33,7 +33,7 @@ class Collect:
         self.errors: dict[str, str] = {}
         """Why each failed test failed (the crash line pytest reports), for problem statements."""
 
-    def pytest_runtest_logreport(self, report) -> None:  # noqa: ANN001
+    def pytest_runtest_logreport(self, report) -> None:
         nid = report.nodeid
         if hasattr(report, "wasxfail"):
             self.outcomes[nid] = "xfail"
@@ -46,7 +46,7 @@ class Collect:
         elif report.when == "call":
             self.outcomes.setdefault(nid, "passed")
 
-    def pytest_collectreport(self, report) -> None:  # noqa: ANN001
+    def pytest_collectreport(self, report) -> None:
         if report.failed:
             self.outcomes[report.nodeid or "<collection>"] = "error"
 
@@ -60,7 +60,7 @@ class Tracer:
         self.calls: dict[str, set[str]] = {}
         self.seen: dict[object, str | None] = {}
 
-    def trace(self, frame, event, arg):  # noqa: ANN001, ANN201
+    def trace(self, frame, event, arg):
         code = frame.f_code
         key = self.seen.get(code, 0)
         if key == 0:
@@ -71,14 +71,14 @@ class Tracer:
             self.current.add(key)
         return None
 
-    def pytest_runtest_protocol(self, item, nextitem):  # noqa: ANN001, ANN201
+    def pytest_runtest_protocol(self, item, nextitem):
         self.current = self.calls.setdefault(item.nodeid, set())
         sys.settrace(self.trace)
         import threading
 
         threading.settrace(self.trace)
 
-    def pytest_runtest_logfinish(self, nodeid, location):  # noqa: ANN001, ANN201
+    def pytest_runtest_logfinish(self, nodeid, location):
         sys.settrace(None)
         self.current = None
 
@@ -140,7 +140,7 @@ def run_pytest(args: list[str], timeout: float, trace_roots: list[str] | None = 
 # Collect once in this process, then per mutant fork: swap the mutated definition's code objects
 # into the live functions (every reference sees them) and run only the chosen, already collected
 # items. No file is written and nothing is re-collected, so a mutant costs its tests and a fork.
-def _unwrap(obj):  # noqa: ANN001, ANN202
+def _unwrap(obj):
     """The plain functions inside ``obj`` (a function, method wrapper, property, decorated callable)."""
     seen = 0
     out = []
@@ -162,7 +162,7 @@ def _unwrap(obj):  # noqa: ANN001, ANN202
     return out
 
 
-def _transplant(old, new, swapped: list) -> None:  # noqa: ANN001
+def _transplant(old, new, swapped: list) -> None:
     if isinstance(old, type) and isinstance(new, type):
         for name, val in vars(new).items():
             if name in vars(old) and name not in ("__dict__", "__weakref__", "__doc__", "__module__"):
@@ -171,7 +171,7 @@ def _transplant(old, new, swapped: list) -> None:  # noqa: ANN001
     olds, news = _unwrap(old), _unwrap(new)
     if len(olds) != len(news):
         raise ValueError("definitions do not pair up")
-    for o, n in zip(olds, news):
+    for o, n in zip(olds, news, strict=False):
         if o.__code__.co_freevars != n.__code__.co_freevars:
             raise ValueError("free variables differ")
         if o.__code__ is not n.__code__:
@@ -184,7 +184,10 @@ def _transplant(old, new, swapped: list) -> None:  # noqa: ANN001
 def swap_in(m: dict) -> int:
     """Put mutant ``m`` into the live modules; the number of functions changed (0: could not)."""
     path = os.path.abspath(m["path"])
-    mod = next((x for x in list(sys.modules.values()) if os.path.abspath(getattr(x, "__file__", "") or "") == path), None)
+    mod = next(
+        (x for x in list(sys.modules.values()) if os.path.abspath(getattr(x, "__file__", "") or "") == path),
+        None,
+    )
     if mod is None:
         return 0
     with open(path, encoding="utf-8") as f:
@@ -192,7 +195,7 @@ def swap_in(m: dict) -> int:
     s0, s1 = m["scope"][0] - 1, m["scope"][1]
     segment = "\n" * s0 + "".join(lines[s0 : m["lo"]]) + m["new"] + "".join(lines[m["hi"] : s1])
     ns = dict(vars(mod))
-    exec(compile(segment, path, "exec"), ns)  # noqa: S102 - the repository's own code, mutated
+    exec(compile(segment, path, "exec"), ns)
     top = m["top"]
     swapped: list = []
     _transplant(vars(mod)[top], ns[top], swapped)
@@ -207,7 +210,7 @@ def run_items(items: list, collect: Collect) -> None:
             collect.pytest_runtest_logreport(rep)
 
 
-def fork_run(body, timeout: float) -> dict:  # noqa: ANN001
+def fork_run(body, timeout: float) -> dict:
     """``body()`` -> dict in a forked child, killed past ``timeout``; adds status and seconds."""
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
@@ -221,11 +224,14 @@ def fork_run(body, timeout: float) -> dict:  # noqa: ANN001
             with open(out, "w") as f:
                 json.dump(data, f)
             code = 0
-        except BaseException as e:  # noqa: BLE001 - reported to the parent
+        except BaseException as e:
             try:
                 with open(out, "w") as f:
-                    json.dump({"status": "noswap" if isinstance(e, NoSwap) else "crashed", "reason": repr(e)[:300]}, f)
-            except BaseException:  # noqa: BLE001
+                    json.dump(
+                        {"status": "noswap" if isinstance(e, NoSwap) else "crashed", "reason": repr(e)[:300]},
+                        f,
+                    )
+            except BaseException:
                 pass
         finally:
             os._exit(code)
@@ -265,14 +271,19 @@ class Driver:
         self.job, self.results = job, results
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session) -> bool:  # noqa: ANN001
+    def pytest_runtestloop(self, session) -> bool:
         job = self.job
         by_id = {it.nodeid: it for it in session.items}
         timeout = float(job.get("timeout", 60))
         if job["kind"] == "baseline":
             for i in range(int(job.get("runs", 3))):
                 roots = job.get("source_roots") if i == 0 else None
-                self.results.append(fork_run(lambda roots=roots: self._run(session.items, roots), float(job.get("baseline_timeout", 600))))
+                self.results.append(
+                    fork_run(
+                        lambda roots=roots: self._run(session.items, roots),
+                        float(job.get("baseline_timeout", 600)),
+                    )
+                )
             return True
         for m in job["mutants"]:
             items = [by_id[t] for t in m["tests"] if t in by_id]
@@ -282,7 +293,9 @@ class Driver:
                     raise NoSwap("no function changed")
                 return self._run(items, None)
 
-            self.results.append({"id": m["id"], "runs": [fork_run(body, timeout) for _ in range(int(m.get("runs", 1)))]})
+            self.results.append(
+                {"id": m["id"], "runs": [fork_run(body, timeout) for _ in range(int(m.get("runs", 1)))]}
+            )
         return True
 
     def _run(self, items: list, roots: list | None) -> dict:
@@ -309,7 +322,9 @@ def main_inproc(job: dict) -> list:
     log = os.open("/tmp/swerl_probe.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
     os.dup2(log, 2)
-    pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *job["files"]], plugins=[Driver(job, results)])
+    pytest.main(
+        ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *job["files"]], plugins=[Driver(job, results)]
+    )
     return results
 
 

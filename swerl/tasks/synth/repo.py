@@ -78,7 +78,13 @@ def prepare(spec: str, workdir: Path) -> Repo:
     if path.is_file() and path.suffix == ".bundle":
         dst = workdir / path.stem
         shutil.rmtree(dst, ignore_errors=True)
-        git(workdir, "clone", "-q", str(path.resolve()), str(dst))
+        heads = git(workdir, "bundle", "list-heads", str(path.resolve())).split()
+        branch = (
+            "main"
+            if "refs/heads/main" in heads
+            else next((h[11:] for h in heads if h.startswith("refs/heads/")), "")
+        )
+        git(workdir, "clone", "-q", *(["-b", branch] if branch else []), str(path.resolve()), str(dst))
         return _describe(dst, path.stem.replace("__", "/", 1))
     if path.is_file():
         return _from_archive(path, workdir)
@@ -99,7 +105,19 @@ def _pip_download(req: str, workdir: Path) -> Path:
     dest = workdir / "sdists"
     dest.mkdir(exist_ok=True)
     before = set(dest.iterdir())
-    cmd = ["python3", "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps", "-d", str(dest), req]
+    cmd = [
+        "python3",
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-binary",
+        ":all:",
+        "--no-deps",
+        "-d",
+        str(dest),
+        req,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     name = re.split(r"[=<>!~ ]", req, maxsplit=1)[0].lower().replace("_", "-")
     new = [p for p in dest.iterdir() if p not in before] or [
@@ -155,7 +173,9 @@ def _describe(path: Path, name: str) -> Repo:
         and (f.split("/")[0] in packages or (src and f.startswith("src/")) or "/" not in f)
     ]  # fmt: skip
     head = git(path, "rev-parse", "HEAD").strip()
-    return Repo(name=name, path=path, head=head, pythonpath=["src"] if src else ["."], tests=tests, sources=sources)
+    return Repo(
+        name=name, path=path, head=head, pythonpath=["src"] if src else ["."], tests=tests, sources=sources
+    )
 
 
 def _is_test(path: str) -> bool:
@@ -165,6 +185,6 @@ def _is_test(path: str) -> bool:
 
 def _is_test_support(path: str) -> bool:
     parts = path.split("/")
-    return any(p in ("tests", "test", "testing", "docs", "doc", "examples", "benchmarks") for p in parts[:-1]) or parts[
-        -1
-    ] in ("conftest.py", "noxfile.py", "fabfile.py")
+    return any(
+        p in ("tests", "test", "testing", "docs", "doc", "examples", "benchmarks") for p in parts[:-1]
+    ) or parts[-1] in ("conftest.py", "noxfile.py", "fabfile.py")

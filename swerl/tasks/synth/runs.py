@@ -33,7 +33,9 @@ def run_job(image: str, job: dict[str, Any], timeout: float, backend: str = "doc
         sb.start()
         sb.write_file("/tmp/swerl_probe.py", PROBE.read_bytes())
         sb.write_file("/tmp/swerl_job.json", json.dumps(job).encode())
-        r = sb.execute("python3 /tmp/swerl_probe.py /tmp/swerl_job.json /tmp/swerl_out.json", cwd="/", timeout=timeout)
+        r = sb.execute(
+            "python3 /tmp/swerl_probe.py /tmp/swerl_job.json /tmp/swerl_out.json", cwd="/", timeout=timeout
+        )
         if r.returncode != 0:
             raise InfraError(f"probe in {image} failed (exit {r.returncode}): {r.output[-1500:]}")
         return json.loads(sb.read_file("/tmp/swerl_out.json"))
@@ -66,7 +68,7 @@ def run_jobs(
             for fut in as_completed(futs):
                 try:
                     yield futs[fut], fut.result()
-                except Exception as e:  # noqa: BLE001 - reported per job
+                except Exception as e:
                     yield futs[fut], e
         return
     import ray
@@ -84,7 +86,7 @@ def run_jobs(
             i = pending.pop(ref)
             try:
                 yield i, ray.get(ref)
-            except Exception as e:  # noqa: BLE001 - reported per job
+            except Exception as e:
                 yield i, e
 
 

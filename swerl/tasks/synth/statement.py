@@ -46,7 +46,10 @@ class TemplateWriter:
             lines.append(f"- `{test}`" + (f": {err}" if err else ""))
         if len(inst.FAIL_TO_PASS) > 5:
             lines.append(f"- ... and {len(inst.FAIL_TO_PASS) - 5} more")
-        lines += ["", "Fix the library so these tests pass again without breaking the others. Do not edit the tests."]
+        lines += [
+            "",
+            "Fix the library so these tests pass again without breaking the others. Do not edit the tests.",
+        ]
         return "\n".join(lines) + "\n"
 
 
@@ -68,19 +71,30 @@ class ModelWriter:
             f"changed line or the file.\n\nRepository: {inst.repo}\nFailing tests:\n{evidence}\n\n"
             f"The fix (for your understanding only, never quote it):\n{inst.patch[:3000]}"
         )
-        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": self.max_tokens}
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": self.max_tokens,
+        }
         req = urllib.request.Request(
             self.base_url.rstrip("/") + "/chat/completions",
             data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})},
+            headers={
+                "Content-Type": "application/json",
+                **({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}),
+            },
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:  # noqa: S310 - a configured endpoint
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
                 reply = json.loads(r.read())
             text = reply["choices"][0]["message"]["content"] or ""
         except (OSError, KeyError, ValueError) as e:
             raise ConfigError(f"problem-statement model at {self.base_url} failed: {e}") from e
-        added = [ln[1:].strip() for ln in inst.patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+        added = [
+            ln[1:].strip()
+            for ln in inst.patch.splitlines()
+            if ln.startswith("+") and not ln.startswith("+++")
+        ]
         if not text.strip() or any(a and len(a) > 8 and a in text for a in added):
             return TemplateWriter().write(inst, cand)  # empty, or it quotes the fix
         return text.strip() + "\n"
