@@ -15,7 +15,11 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-DATA = {"configs": ["*.yaml"], "envs/swerl-mini": ["*.jsonl", "*.md", "*.py", "repos/*.bundle"]}
+DATA = {
+    "configs": ["*.yaml"],
+    "envs/swerl-mini": ["*.jsonl", "*.md", "*.py", "repos/*.bundle"],
+    "envs/harbor-demo": ["*.md", "*/task.toml", "*/instruction.md", "*/environment/*", "*/tests/*", "*/solution/*"],
+}
 """What the wheel carries, per source directory: suite data, its generator scripts, no caches."""
 
 

@@ -16,12 +16,14 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_PACKAGES = ["docker.io", "debootstrap"]
-TEST_PACKAGES = [*RUN_PACKAGES, "slurm-wlm", "munge", "bubblewrap", "squashfuse", "iproute2"]
+TEST_PACKAGES = [*RUN_PACKAGES, "slurm-wlm", "munge", "bubblewrap", "squashfuse", "iproute2", "libseccomp2"]
 """squashfuse: the enroot backend starts sandboxes from the .sqsh where it exists (as Enroot does)."""
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
 
@@ -83,7 +85,17 @@ def start_dockerd(timeout: float = 90.0) -> None:
     raise BootstrapError("dockerd did not come up; see /var/log/swerl-dockerd.log")
 
 
+def is_checkout(root: Path = ROOT) -> bool:
+    """Whether swerl runs from a source checkout (``pyproject.toml`` beside it), not site-packages."""
+    return (root / "pyproject.toml").is_file() and (root / "configs").is_dir()
+
+
 def pip_install(extras: str) -> None:
+    """Install the checkout (editable); an installed swerl (``pip install .``) is used as it is."""
+    if not is_checkout():
+        say(f"using the installed swerl at {ROOT / 'swerl'} (not a checkout: nothing to pip install)")
+        put_scripts_on_path()
+        return
     spec = f"{ROOT}[{extras}]" if extras else str(ROOT)
     sh(sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", spec)
     put_scripts_on_path()
@@ -225,10 +237,64 @@ def _slurm_ready(nodes: list[str], wait: float) -> bool:
         time.sleep(1)
 
 
+HARBOR = "harbor==0.26.0"
+HARBOR_VENV = Path(os.environ.get("SWERL_CACHE", Path.home() / ".cache" / "swerl")) / "harbor-venv"
+"""Harbor (Python >= 3.12) in a venv of its own, for the test that loads swerl's exported task
+folders with Harbor's own loader; swerl itself never imports it."""
+
+
+def newer_python() -> str | None:
+    """A Python >= 3.12 on this machine (pyenv's or the system's), or None."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = sorted(pyenv.glob("3.1[2-9]*/bin/python3")) if pyenv.is_dir() else []
+    found += [Path(p) for p in map(shutil.which, ("python3.13", "python3.12")) if p]
+    return str(found[0]) if found else None
+
+
+def install_harbor_venv() -> None:
+    python = newer_python()
+    if python is None:
+        say("no Python >= 3.12 here: the test against Harbor's own task loader will be skipped")
+        return
+    if not (HARBOR_VENV / "bin" / "python").exists():
+        sh(python, "-m", "venv", str(HARBOR_VENV))
+    sh(
+        str(HARBOR_VENV / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        HARBOR,
+    )
+
+
+class _Background(threading.Thread):
+    def __init__(self, fn: Callable[[], object]) -> None:
+        super().__init__(daemon=True)
+        self.fn, self.error = fn, None
+
+    def run(self) -> None:
+        try:
+            self.fn()
+        except Exception as e:  # reported by the caller after join()
+            self.error = e
+
+
+def start_vllm_venv() -> _Background:
+    """vLLM in its own venv (its torch/transformers ranges), for the tests against a real vLLM server."""
+    from swerl.integrations.vllm import install_venv, venv_dir, venv_python
+
+    if venv_python() is None:
+        say(f"installing vLLM into {venv_dir()} in the background")
+    job = _Background(install_venv)
+    job.start()
+    return job
+
+
 def build_images() -> None:
     sh(sys.executable, "-m", "swerl.cli", "images", "build-base")
-    if (ROOT / "envs" / "swerl-mini" / "tasks.jsonl").exists():
-        sh(sys.executable, "-m", "swerl.cli", "tasks", "build-images", "swerl-mini")
+    sh(sys.executable, "-m", "swerl.cli", "tasks", "build-images", "swerl-mini")  # bundled: any directory
 
 
 def run(args: argparse.Namespace) -> int:
@@ -241,12 +307,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def test(args: argparse.Namespace) -> int:
+    if not is_checkout():
+        raise BootstrapError(
+            f"`test` runs swerl's tests, which only a checkout has ({ROOT} is an installed swerl): "
+            "run `python3 -m swerl.bootstrap test` inside a clone of the repository"
+        )
     apt_install(TEST_PACKAGES)
     start_dockerd()
     start_slurm()
     pip_install("test,train")  # train: torch (CPU build, pinned in pyproject.toml), transformers, trl
+    vllm = start_vllm_venv()  # a few minutes: meanwhile verl and the images
     pip_install_verl()
+    install_harbor_venv()
     build_images()
+    vllm.join()
+    if vllm.error is not None:
+        raise BootstrapError(f"the vLLM venv could not be installed: {vllm.error}")
     os.chdir(ROOT)
     lint = sh(sys.executable, "-m", "ruff", "check", "swerl", "tests", check=False).returncode
     fmt = sh(sys.executable, "-m", "ruff", "format", "--check", "swerl", "tests", check=False).returncode

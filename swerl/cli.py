@@ -47,9 +47,9 @@ def cmd_images_build_base(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------- tasks
 def cmd_tasks_list(args: argparse.Namespace) -> int:
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
 
-    instances = load_instances(args.suite)
+    instances = load_tasks(args.suite, kind=args.source)
     rows = [{"instance_id": i.instance_id, "repo": i.repo, "image": i.image} for i in instances]
     text = "\n".join(f"{r['instance_id']:40s} {r['repo']:24s} {r['image']}" for r in rows)
     _emit(args, rows, text)
@@ -57,19 +57,24 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks_build_images(args: argparse.Namespace) -> int:
-    from swerl.tasks.images import build_task_images
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.images import build_images
+    from swerl.tasks.sources import load_tasks
+    from swerl.tasks.sources.synth import bundle_dirs
 
-    images = build_task_images(load_instances(args.suite), force=args.force)  # instance id -> image
+    tasks = load_tasks(args.suite, kind=args.source)
+    images = build_images(tasks, force=args.force, bundles=bundle_dirs(args.suite))  # instance id -> image
     _emit(args, {"images": images}, "\n".join(f"{iid:40s} {image}" for iid, image in images.items()))
     return EXIT_OK
 
 
 def cmd_tasks_validate(args: argparse.Namespace) -> int:
-    from swerl.tasks.instance import load_instances
+    from swerl.preflight import check_docker
+    from swerl.tasks.sources import load_tasks
     from swerl.tasks.validate import count_mismatches, format_table, validate_suite
 
-    rows = validate_suite(load_instances(args.suite), out=None)
+    instances = load_tasks(args.suite, kind=args.source)
+    check_docker((i.image for i in instances), args.suite)  # exit 3, one line: not a table of MISMATCH
+    rows = validate_suite(instances, out=None)
     _emit(args, [dataclasses.asdict(r) | {"ok": r.ok} for r in rows], format_table(rows))
     return EXIT_FAILED if count_mismatches(rows) else EXIT_OK
 
@@ -94,6 +99,18 @@ def cmd_tasks_synth(args: argparse.Namespace) -> int:
     lines.append(f"{report.validated} validated tasks in {report.seconds:.0f} s -> {args.out}/tasks.jsonl")
     _emit(args, report.to_dict(), "\n".join(lines))
     return EXIT_OK if report.validated else EXIT_FAILED
+
+
+def cmd_tasks_export(args: argparse.Namespace) -> int:
+    from swerl.tasks.export import export_all
+    from swerl.tasks.instance import select
+    from swerl.tasks.sources import load_tasks
+
+    tasks = load_tasks(args.suite, kind=args.source)
+    tasks = select(tasks, args.task) if args.task else tasks
+    paths = export_all(tasks, args.out, args.format)
+    _emit(args, {"folders": [str(p) for p in paths]}, "\n".join(map(str, paths)))
+    return EXIT_OK
 
 
 # ----------------------------------------------------------------- rollout
@@ -126,9 +143,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 # -------------------------------------------------------------------- eval
 def cmd_eval(args: argparse.Namespace) -> int:
     from swerl.evaluate import default_run_id, mode_run_id, run_eval
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
 
-    instances = load_instances(args.tasks)
+    instances = load_tasks(args.tasks, kind=args.source)
     client = None
     if args.backend == "docker":
         from swerl.sandbox.docker import connect
@@ -136,44 +153,54 @@ def cmd_eval(args: argparse.Namespace) -> int:
         client = connect()  # fail fast (exit 3) before grading; the report lists leftovers with it
     run_id = args.run_id or default_run_id()
     progress = (lambda _line: None) if args.json else print
-    runs = {}
-    for mode in ("official", "strict") if args.grading == "both" else (args.grading,):
-        runs[mode] = run_eval(
-            args.predictions,
-            instances,
-            run_id=mode_run_id(run_id, mode),
-            out=args.output_dir,
-            workers=args.workers,
-            timeout=args.timeout,
-            retries=args.retries,
-            backend=args.backend,
-            ray_address=args.ray_address,
-            docker_client=client,
-            progress=progress,
-            grading=mode,
-            executor=args.executor,
-            tasks=args.tasks,
-        )
+    runs, failed = {}, {}
+    modes = ("official", "strict") if args.grading == "both" else (args.grading,)
+    for mode in modes:
+        try:
+            runs[mode] = run_eval(
+                args.predictions,
+                instances,
+                run_id=mode_run_id(run_id, mode),
+                out=args.output_dir,
+                workers=args.workers,
+                timeout=args.timeout,
+                retries=args.retries,
+                backend=args.backend,
+                ray_address=args.ray_address,
+                docker_client=client,
+                progress=progress,
+                grading=mode,
+                executor=args.executor,
+                tasks=args.tasks,
+            )
+        except ConfigError:
+            raise  # the input is wrong for both halves alike
+        except Exception as e:  # one half's failure never stops the other's grading
+            if len(modes) == 1:
+                raise
+            failed[mode] = f"{type(e).__name__}: {e}"
+            print(f"swerl: {mode} grading failed: {failed[mode]}", file=sys.stderr)
     if len(runs) == 2:
         official, strict = (runs[m].statuses for m in ("official", "strict"))
         for iid in sorted(i for i in official if official[i] != strict.get(i)):
             progress(f"{iid}: official {official[iid]}, strict {strict.get(iid)} (see both reports)")
     if args.json:
-        out = {m: r.to_dict() for m, r in runs.items()}
-        print(json.dumps(out if len(runs) == 2 else out[args.grading], indent=2))
-    return EXIT_FAILED if any(r.infra_errors for r in runs.values()) else EXIT_OK
+        out = {m: r.to_dict() for m, r in runs.items()} | {m: {"error": e} for m, e in failed.items()}
+        print(json.dumps(out if len(modes) == 2 else out[args.grading], indent=2))
+    return EXIT_FAILED if failed or any(r.infra_errors for r in runs.values()) else EXIT_OK
 
 
 # ----------------------------------------------------------------- sandbox
 def cmd_sandbox_shell(args: argparse.Namespace) -> int:
     """A line-by-line shell: each line is one ``sandbox.execute`` in /testbed."""
     from swerl.sandbox import SandboxConfig, make_sandbox
-    from swerl.tasks.instance import load_instances, select
+    from swerl.tasks.instance import select
+    from swerl.tasks.sources import load_tasks
 
-    (task,) = select(load_instances(args.tasks), [args.task])
+    (task,) = select(load_tasks(args.tasks, kind=args.source), [args.task])
     interactive = sys.stdin.isatty()
     cfg = SandboxConfig(timeout=args.timeout, workdir="/testbed")
-    with make_sandbox(args.backend, task.image, cfg) as sb:
+    with make_sandbox(args.backend, task.image, cfg.replace(workdir=task.workdir)) as sb:
         if interactive:
             print(
                 f"{task.instance_id} in {task.image}; each line is a fresh bash -c in /testbed; 'exit' ends"
@@ -186,7 +213,7 @@ def cmd_sandbox_shell(args: argparse.Namespace) -> int:
                 break
             if not line.strip():
                 continue
-            r = sb.execute(line.rstrip("\n"), cwd="/testbed")
+            r = sb.execute(line.rstrip("\n"), cwd=task.workdir)
             if args.json:
                 data = {"command": line.strip(), "output": r.output, "returncode": r.returncode,
                         "duration": r.duration, "timed_out": r.timed_out}  # fmt: skip
@@ -326,6 +353,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ parser
+TASKS_HELP = (
+    "tasks: a bundled suite name, a suite directory, a SWE-bench-family JSON/JSONL file or dataset, "
+    "or a Harbor task folder (or a folder of them); recognised by shape"
+)
+
+
+def _source_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--source",
+        default=None,
+        metavar="KIND",
+        help="force how the tasks are read: harbor, synth, swebench, or a SWE-bench family "
+        "(swebench-pro, swe-gym, swe-smith, r2e-gym, swe-rebench)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swerl", description="RL on software-engineering tasks.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
@@ -346,12 +389,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     tasks = sub.add_parser("tasks", help="task suites").add_subparsers(dest="sub", required=True)
     p = add(tasks, "list", cmd_tasks_list, "list the tasks of a suite")
-    p.add_argument("suite", help="bundled suite name, JSON/JSONL file, or dataset")
+    p.add_argument("suite", help=TASKS_HELP)
+    _source_flag(p)
     p = add(tasks, "build-images", cmd_tasks_build_images, "build the task images of a suite (cached)")
-    p.add_argument("suite")
+    p.add_argument("suite", help=TASKS_HELP)
     p.add_argument("--force", action="store_true")
-    p = add(tasks, "validate", cmd_tasks_validate, "check that gold resolves and empty does not, per task")
-    p.add_argument("suite")
+    _source_flag(p)
+    p = add(
+        tasks, "validate", cmd_tasks_validate,
+        "check that gold (a Harbor task's solution/solve.sh) earns full reward and empty does not, per task",
+    )  # fmt: skip
+    p.add_argument("suite", help=TASKS_HELP)
+    _source_flag(p)
+    p = add(tasks, "export", cmd_tasks_export, "write tasks in another format (Harbor task folders)")
+    p.add_argument("suite", help=TASKS_HELP)
+    p.add_argument("--format", default="harbor", choices=("harbor",), help="output format (default: harbor)")
+    p.add_argument("--out", required=True, help="directory to write one folder per task into")
+    p.add_argument("--task", action="append", default=None, help="only this instance id (repeatable)")
+    _source_flag(p)
     p = add(
         tasks,
         "synth",
@@ -389,9 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add(sub, "eval", cmd_eval, "grade a SWE-bench predictions file; write the harness's report")
     p.add_argument("predictions", help="JSON list or JSONL of {instance_id, model_name_or_path, model_patch}")
-    p.add_argument(
-        "--tasks", default="swerl-mini", help="suite name or JSON/JSONL task file (default: swerl-mini)"
-    )
+    p.add_argument("--tasks", default="swerl-mini", help=f"{TASKS_HELP} (default: swerl-mini)")
+    _source_flag(p)
     p.add_argument(
         "--run-id", default=None, help="run id (default: timestamped); a rerun skips graded instances"
     )
@@ -424,9 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
         sandbox, "shell", cmd_sandbox_shell, "run stdin's lines one by one in a task sandbox; 'exit' ends"
     )
     p.add_argument("task", help="instance id")
-    p.add_argument(
-        "--tasks", default="swerl-mini", help="suite or task file holding TASK (default: swerl-mini)"
-    )
+    p.add_argument("--tasks", default="swerl-mini", help=f"{TASKS_HELP} holding TASK (default: swerl-mini)")
+    _source_flag(p)
     p.add_argument("--backend", default="docker")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per command")
 

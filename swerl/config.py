@@ -8,6 +8,7 @@ or a missing file is a ConfigError that names the key and the file.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 from collections.abc import Callable
 from pathlib import Path
@@ -130,7 +131,10 @@ class SlurmSection(Section):
 class RolloutConfig(Section):
     name: str = "rollout"
     tasks: str = "swerl-mini"
-    """A bundled suite name, a JSON/JSONL file or a dataset."""
+    """A bundled suite name, a suite directory, a SWE-bench-family JSON/JSONL file or dataset, or a
+    Harbor task folder (or a folder of them): recognised by its shape (swerl.tasks.sources)."""
+    tasks_source: str | None = None
+    """Force how ``tasks`` is read: harbor, synth, swebench or a SWE-bench family (swe-gym, ...)."""
     task_ids: list[str] | None = None
     output_dir: str = "runs/{name}"
     backend: BackendSection = Field(default_factory=BackendSection)
@@ -182,25 +186,83 @@ def resolve_path(path: str | Path) -> Path:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RolloutConfig:
-    """Load ``path`` (or the defaults), apply overrides, validate."""
+    """Load ``path`` (or the defaults), apply overrides, validate.
+
+    Each problem is blamed on where it came from: ``FILE:LINE`` for a key of the file,
+    ``override KEY=VALUE`` for one given on the command line; an unknown key says which
+    known key it is closest to.
+    """
     where = "<defaults>"
     data: dict[str, Any] = {}
     source = None
+    lines: dict[tuple[str, ...], int] = {}
     if path is not None:
         p = resolve_path(path)
         where, source = str(p), p.resolve()
+        text = p.read_text()
         try:
-            data = yaml.safe_load(p.read_text()) or {}
+            data = yaml.safe_load(text) or {}
         except yaml.YAMLError as e:
-            raise ConfigError(f"{where}: not valid YAML: {e}") from None
+            mark = getattr(e, "problem_mark", None)
+            at = f"{where}:{mark.line + 1}" if mark is not None else where
+            problem = getattr(e, "problem", None) or str(e)
+            raise ConfigError(f"{at}: not valid YAML: {problem}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: the top level must be a mapping, got {type(data).__name__}")
-    for key, value in parse_overrides(overrides or []):
+        lines = key_lines(text)
+    given: dict[str, str] = {}
+    for item, (key, value) in zip(overrides or [], parse_overrides(overrides or []), strict=True):
         _set(data, key, value)
+        given[key] = item
     try:
         cfg = RolloutConfig.model_validate(data)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
-        raise ConfigError(f"{where}: {problems}") from None
+        problems = [_problem(err, where, lines, given) for err in e.errors()]
+        raise ConfigError("; ".join(problems)) from None
     cfg._source = source
     return cfg
+
+
+def key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """The line (1-based) of each key of a YAML mapping tree, by its path of keys."""
+    out: dict[tuple[str, ...], int] = {}
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode):
+                    out[(*path, str(k.value))] = k.start_mark.line + 1
+                    walk(v, (*path, str(k.value)))
+
+    try:
+        walk(yaml.compose(text), ())
+    except yaml.YAMLError:
+        pass
+    return out
+
+
+def _problem(err: Any, where: str, lines: dict[tuple[str, ...], int], given: dict[str, str]) -> str:
+    """One validation error as ``ORIGIN: key: what is wrong``, ORIGIN the override or FILE:LINE."""
+    loc = tuple(str(x) for x in err["loc"])
+    key = ".".join(loc)
+    msg = "unknown key" + _did_you_mean(loc) if err["type"] == "extra_forbidden" else err["msg"]
+    for k, item in given.items():  # the override that set this key, a section above it or one below it
+        if key == k or key.startswith(f"{k}.") or k.startswith(f"{key}."):
+            return f"override {item}: {key}: {msg}"
+    line = next((lines[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
+    return f"{where}{f':{line}' if line else ''}: {key}: {msg}"
+
+
+def _did_you_mean(loc: tuple[str, ...]) -> str:
+    """`` (did you mean rollout.num_actors?)`` for a mistyped key, from the section's known keys."""
+    model: Any = RolloutConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(model, type) else None
+        model = field.annotation if field is not None else None
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return ""
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.6)
+    known = ", ".join(model.model_fields)
+    if close:
+        return f" (did you mean {'.'.join((*loc[:-1], close[0]))}?)"
+    return f" (known keys{' of ' + '.'.join(loc[:-1]) if loc[:-1] else ''}: {known})"

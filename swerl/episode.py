@@ -34,8 +34,8 @@ class Sampled:
     does a turn whose prompt does not extend the previous ones (a server that
     re-rendered the chat differently): ``to_tokens`` then reports ``exact=False``.
     ``logprobs`` is aligned to ``completion_ids``, or None when the server gave none.
-    ``prompt_messages`` (first turn only) and ``observation_role`` let
-    ``to_tokens`` re-tokenize when no ids were returned.
+    ``prompt_messages``, ``tools`` (first turn only) and ``observation_role`` let
+    ``to_tokens`` lay the messages out when there is no exact record.
     """
 
     completion_ids: list[int] | None = None
@@ -46,6 +46,10 @@ class Sampled:
     policy_version: int | None = None
     prompt_messages: list[dict[str, Any]] | None = None
     observation_role: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    """Tool schemas the chat template rendered into the first prompt (first turn only)."""
+    mode: str | None = None
+    """How an ``LLMPolicy`` sampled: "tokens" (token ids in and out) or "chat" (messages; inexact)."""
 
     def to_info(self) -> dict[str, Any]:
         """The keys to merge into ``Decision.info`` (None values left out)."""

@@ -36,6 +36,10 @@ class SandboxClosed(SandboxError):
     """An operation was attempted on a sandbox that is closed."""
 
 
+class InexactTokens(ConfigError):
+    """An episode's tokens are not the ones its model saw and sampled, and the trainer was not told to accept that."""
+
+
 class PolicyError(InfraError):
     """The model server failed the policy (down, past its timeout, or an answer that is not one)."""
 

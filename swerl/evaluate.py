@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from docker.errors import DockerException
 from swebench.harness.constants import (
     APPLY_PATCH_FAIL,
     APPLY_PATCH_PASS,
@@ -40,6 +41,7 @@ from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
 from swerl.errors import ConfigError
 from swerl.grading import GradeResult, GradeStatus, GradingMode, grade
+from swerl.sandbox.base import RUN_LABEL
 from swerl.tasks.instance import Instance
 
 PREDICTION_KEYS = ("instance_id", "model_name_or_path", "model_patch")
@@ -349,17 +351,68 @@ def _cwd(path: Path) -> Iterator[None]:
         os.chdir(old)
 
 
+@dataclass
+class _Listed:
+    """A container or image as the daemon's listing gives it (no inspect, so it cannot vanish)."""
+
+    name: str = ""
+    tags: list[str] = field(default_factory=list)
+
+
+class _RunContainers:
+    def __init__(self, client: Any, run_id: str):
+        self._client, self._run_id = client, run_id
+
+    def list(self, all: bool = False, **_: Any) -> list[_Listed]:
+        found = self._client.api.containers(all=all, filters={"label": [f"{RUN_LABEL}={self._run_id}"]})
+        return [_Listed(name=(c.get("Names") or ["/"])[0].lstrip("/")) for c in found]
+
+
+class _ListedImages:
+    def __init__(self, client: Any):
+        self._client = client
+
+    def list(self, all: bool = False, **_: Any) -> list[_Listed]:
+        return [_Listed(tags=list(i.get("RepoTags") or [])) for i in self._client.api.images(all=all)]
+
+
+class RunScopedDocker:
+    """The two listings ``make_run_report`` asks a Docker client for, made safe on a busy host.
+
+    docker-py's ``containers.list()`` lists every container on the host and then
+    inspects each one; one removed in between (anybody's) raises ``NotFound`` after
+    all grading is done. Here containers are only this run's (by the ``swerl.run``
+    label the sandboxes carry) and both listings come from one daemon call each,
+    with no per-item inspect, so nothing listed can disappear before it is read.
+    """
+
+    def __init__(self, client: Any, run_id: str):
+        self.containers = _RunContainers(client, run_id)
+        self.images = _ListedImages(client)
+
+
 def make_report(
     out: Path, predictions: list[Prediction], instances: list[Instance], run_id: str, client: Any = None
 ) -> tuple[Path, dict[str, Any], str]:
-    """swebench's make_run_report over the logs in ``out`` -> (report file, report, what it printed)."""
+    """swebench's make_run_report over the logs in ``out`` -> (report file, report, what it printed).
+
+    With a Docker client, leftovers are counted among this run's own containers
+    only (:class:`RunScopedDocker`); if the daemon cannot be asked at all, the
+    report is still written, without the leftover counts, and says so.
+    """
     from swebench.harness.reporting import make_run_report
 
     preds = {p.instance_id: p.to_dict() for p in predictions}
+    dataset = [i.to_dict() for i in instances]
     printed = io.StringIO()
+    scoped = RunScopedDocker(client, run_id) if client is not None else None
     # The harness reads its logs relative to the working directory.
     with _cwd(out), contextlib.redirect_stdout(printed):
-        path = make_run_report(preds, [i.to_dict() for i in instances], run_id, client)
+        try:
+            path = make_run_report(preds, dataset, run_id, scoped)
+        except DockerException as e:
+            print(f"Leftover containers and images not counted: the Docker daemon failed: {e}")
+            path = make_run_report(preds, dataset, run_id, None)
     path = out / path
     return path, json.loads(path.read_text()), printed.getvalue()
 

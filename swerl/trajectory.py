@@ -4,9 +4,12 @@
 completion (``loss_mask`` 1), then the observation that followed it as the
 model was shown it (``loss_mask`` 0), and so on; it ends with the last
 completion. Built from the ids the sampler recorded (``swerl.episode.Sampled``),
-never from re-tokenized text; only when an episode has no ids does it
-re-tokenize its text with the given tokenizer, and then ``exact`` is False, so a
-trainer can refuse importance-sampling corrections on it.
+never from re-tokenized text. Only when an episode has no exact record (the
+server returned no ids, or re-rendered the chat so that a turn's prompt does not
+extend the tokens before it) is it laid out message by message with the given
+tokenizer, each message once and in order; then ``exact`` is False with the
+reason, and swerl's trainer adapters refuse it unless told otherwise
+(``swerl.integrations.common.trainer_tokens``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from swerl.episode import Sampled
-from swerl.errors import ConfigError
+from swerl.errors import ConfigError, InexactTokens
 
 if TYPE_CHECKING:
     from swerl.episode import Episode
@@ -36,6 +39,8 @@ class TokenTrajectory:
     finish_reasons: list[str | None] = field(default_factory=list)
     policy_versions: list[int | None] = field(default_factory=list)
     reward: float | None = None
+    inexact_reason: str = ""
+    """Why ``exact`` is False (empty when exact)."""
 
     def turn_prompt(self, k: int) -> list[int]:
         """The prompt of turn ``k`` as laid out here: the first prompt and the response before it."""
@@ -45,14 +50,6 @@ class TokenTrajectory:
     @property
     def completion_ids(self) -> list[list[int]]:
         return [self.response_ids[a:b] for a, b in self.turns]
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class _Builder:
@@ -87,31 +84,38 @@ def episode_tokens(episode: Episode, tokenizer: Any = None) -> TokenTrajectory:
     turns = [(step, Sampled.of(step.policy)) for step in episode.steps]
     if not turns:
         raise ConfigError(f"episode {episode.task_id}#{episode.attempt} has no steps to lay out as tokens")
-    if all(s.completion_ids is not None and s.prompt_ids is not None for _, s in turns):
-        traj = _from_ids([s for _, s in turns])
-    elif tokenizer is not None:
-        traj = _retokenized(episode, turns, tokenizer)
-    else:
-        raise ConfigError(
-            f"episode {episode.task_id}#{episode.attempt} recorded no token ids "
-            "(the server returned none); pass a tokenizer to re-tokenize its text (exact=False)"
+    sampled = [s for _, s in turns]
+    have_ids = all(s.completion_ids is not None and s.prompt_ids is not None for s in sampled)
+    why = "" if have_ids else "the server returned no token ids, so its text was re-tokenized"
+    if have_ids:
+        traj = _from_ids(sampled)
+        if traj is not None:
+            traj.reward = episode.reward
+            return traj
+        why = "the server re-rendered the chat: a turn's prompt did not extend the tokens before it"
+    if tokenizer is None:
+        raise InexactTokens(
+            f"episode {episode.task_id}#{episode.attempt} has no exact token record ({why}); "
+            "pass a tokenizer to lay out its messages re-tokenized (exact=False)"
         )
+    traj = _by_messages(episode, turns, tokenizer)
+    traj.inexact_reason = why
     traj.reward = episode.reward
     return traj
 
 
-def _from_ids(turns: list[Sampled]) -> TokenTrajectory:
-    b = _Builder(turns[0].prompt_ids or [], exact=turns[0].prompt_start == 0)
+def _from_ids(turns: list[Sampled]) -> TokenTrajectory | None:
+    """The exact layout from recorded ids, or None when a turn's prompt does not extend the ones before."""
+    if turns[0].prompt_start != 0:
+        return None
+    b = _Builder(turns[0].prompt_ids or [], exact=True)
     seq = list(b.t.prompt_ids)
     for k, s in enumerate(turns):
         if k:
-            delta = list(s.prompt_ids or [])
-            if s.prompt_start != len(seq):  # not a delta on everything so far: compare
-                prompt = seq[: s.prompt_start] + delta
-                keep = _common_prefix(prompt, seq)
-                if keep < len(seq):
-                    b.t.exact = False  # the model saw something else than the concatenation so far
-                delta = prompt[keep:]
+            prompt = seq[: s.prompt_start] + list(s.prompt_ids or [])
+            if prompt[: len(seq)] != seq:
+                return None  # the model saw something else than the concatenation so far
+            delta = prompt[len(seq) :]
             b.observe(delta)
             seq.extend(delta)
         b.complete(s, list(s.completion_ids or []))
@@ -119,21 +123,25 @@ def _from_ids(turns: list[Sampled]) -> TokenTrajectory:
     return b.t
 
 
-def _retokenized(episode: Episode, turns: list[tuple[Any, Sampled]], tokenizer: Any) -> TokenTrajectory:
-    """Re-tokenize the episode's text with the chat template (exact=False)."""
+def _by_messages(episode: Episode, turns: list[tuple[Any, Sampled]], tokenizer: Any) -> TokenTrajectory:
+    """Each message once, in order (exact=False): the first prompt, then per turn its completion (the
+    recorded ids where the server returned them, else the re-tokenized text) and the observation that
+    followed it as a chat-template delta. Turn ``k``'s prompt is then the layout before it, which is
+    not what a server that re-rendered the chat showed the model."""
     from swerl.chat_tokens import ChatTokens
 
     first = turns[0][1]
     if not first.prompt_messages:
         raise ConfigError(
-            f"episode {episode.task_id}#{episode.attempt} recorded neither token ids nor its first "
+            f"episode {episode.task_id}#{episode.attempt} recorded neither exact token ids nor its first "
             "prompt messages; it cannot be laid out as tokens"
         )
-    chat = ChatTokens(tokenizer, first.prompt_messages)
-    b = _Builder(chat.ids, exact=False)
+    chat = ChatTokens(tokenizer, first.prompt_messages, tools=first.tools)
+    recorded_prompt = first.prompt_ids if first.prompt_ids and first.prompt_start == 0 else None
+    b = _Builder(recorded_prompt or chat.ids, exact=False)
     for k, (step, s) in enumerate(turns):
         if k:
-            role = s.observation_role or "user"
+            role = s.observation_role or first.observation_role or "user"
             b.observe(chat.add_messages([{"role": role, "content": episode.steps[k - 1].observation}]))
         ids, logprobs = s.completion_ids, s.logprobs
         if ids is None:

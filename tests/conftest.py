@@ -83,10 +83,16 @@ def ray_session():
 
 @pytest.fixture(scope="session")
 def kubernetes_api(docker_client, run_id, tmp_path_factory):
-    """A Kubernetes API test double (tests/k8s_api_double.py) with KUBECONFIG pointing at it."""
-    from k8s_api_double import serve_double
+    """KUBECONFIG pointing at a sandbox user with exactly swerl's Role: on the Kubernetes
+    API test double (tests/k8s_api_double.py), or on the real cluster whose admin
+    kubeconfig SWERL_K8S_REAL names (tests/k8s_real.py)."""
+    from k8s_api_double import NAMESPACE, serve_double
+    from k8s_real import ENV_REAL, serve_real
 
-    yield from serve_double(docker_client, tmp_path_factory.mktemp("k8s"))
+    if os.environ.get(ENV_REAL):
+        yield from serve_real(os.environ[ENV_REAL], tmp_path_factory.mktemp("k8s"), NAMESPACE)
+    else:
+        yield from serve_double(docker_client, tmp_path_factory.mktemp("k8s"))
 
 
 @pytest.fixture(scope="session")
@@ -96,6 +102,15 @@ def enroot_double(tmp_path_factory, run_id):
     from enroot_double import enroot_binary, use_double
 
     yield from use_double(tmp_path_factory.mktemp("enroot"), run_id, enroot_binary())
+
+
+@pytest.fixture
+def k8s_double_only():
+    """Skip a test that reads the Kubernetes API double's internals on a real cluster."""
+    from k8s_real import ENV_REAL
+
+    if os.environ.get(ENV_REAL):
+        pytest.skip(f"reads the Kubernetes API double's internals (${ENV_REAL} is set)")
 
 
 @pytest.fixture

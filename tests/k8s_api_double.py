@@ -1,21 +1,31 @@
 """KubernetesAPIDouble: a test double of the Kubernetes API server, backed by Docker.
 
-No API server can run on these machines, so the kubernetes backend is tested
-against this: a plain-HTTP server on 127.0.0.1 (aiohttp) that serves only what the
+The real thing (a single-node cluster: API server, scheduler, kubelet, containerd) takes
+~8 minutes to build on a fresh machine, more than CI can spend, so CI tests the
+kubernetes backend against this, and the same tests run against a real cluster when
+``SWERL_K8S_REAL`` names its admin kubeconfig (tests/k8s_real.py). The double is
+an HTTPS server on 127.0.0.1 (aiohttp, a throwaway CA) that serves only what the
 backend uses, in the wire format the official client expects:
 
 - pods: create, get, delete, list (``labelSelector`` with ``k=v`` / ``k!=v`` / ``k``);
-- ``pods/exec`` over a websocket speaking ``v4.channel.k8s.io`` (one byte channel id
-  per binary message: 0 stdin, 1 stdout, 2 stderr, 3 error/status);
-- networkpolicies: create (so the deny-egress policy decides whether a pod's
-  container gets a network, as a CNI enforcing it would).
+- ``pods/exec`` over a TLS websocket speaking ``v4.channel.k8s.io`` (one byte channel
+  id per binary message: 0 stdin, 1 stdout, 2 stderr, 3 error/status), closing the
+  exec's stdin as soon as the process closes its stdout or its stderr, as containerd's
+  CRI does;
+- networkpolicies: create (recorded only: like a CNI without NetworkPolicy support,
+  the double does not enforce them).
+
+It is never stronger than the real cluster it stands for: every pod gets a network
+(an internal Docker network: pods reach each other and nothing else, like the real
+cluster's isolated bridge), whatever its labels or policies say.
 
 Each pod is a real Docker container labelled ``swerl.owner=swerl`` and
 ``swerl.run=<the pod's swerl.run label>`` (so the session reaper removes it even if
 a test fails). Pod status is derived from the container's state. Simulated: image
 pull failures (the image is not in the local daemon: ErrImagePull, then
-ImagePullBackOff), Unschedulable (requests above the node's allocatable), eviction
-(``evict()``), ``activeDeadlineSeconds``, and the kubelet's ``podPidsLimit``.
+ImagePullBackOff), Unschedulable (requests above the node's allocatable), the
+kubelet's eviction (``evict()``: Failed/Evicted), ``activeDeadlineSeconds``, and the
+kubelet's ``podPidsLimit``.
 
 RBAC is enforced per bearer token (``rbac={token: rules}``; a token mapped to None is
 cluster-admin) and every authorized (resource, verb) is recorded in ``seen[token]``.
@@ -25,9 +35,14 @@ Anything else is refused with 404/405/422 and a message naming what is missing.
 from __future__ import annotations
 
 import asyncio
+import base64
+import datetime
+import ipaddress
 import json
 import re
+import select
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -42,6 +57,23 @@ from aiohttp import WSMsgType, web
 OWNER_LABEL = "swerl.owner"
 RUN_LABEL = "swerl.run"
 POD_LABEL = "swerl.k8s-double.pod"
+
+EXEC_WRAPPER = r"""
+d=$(mktemp -d) && mkfifo "$d/in" "$d/out" "$d/err" || exit 126
+exec 5<&0
+cat <&5 >"$d/in" 5<&- & relay=$!
+exec 5<&-
+{ cat <"$d/out"; kill "$relay" 2>/dev/null; } &
+{ cat <"$d/err" >&2; kill "$relay" 2>/dev/null; } >&- &
+"$@" <"$d/in" >"$d/out" 2>"$d/err" & cmd=$!
+wait "$cmd"
+rc=$?
+wait
+rm -rf -- "$d"
+exit "$rc"
+"""
+"""Runs an exec's command so that its stdin ends as soon as it closes its stdout or its
+stderr (the relay feeding it is killed), as containerd's CRI does for an exec."""
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 _LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
@@ -171,6 +203,9 @@ class KubernetesAPIDouble:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.ca_pem = b""
+        self.network: Any = None
+        self._front = socket.socket()
 
     # ------------------------------------------------------------ server
     def start(self) -> KubernetesAPIDouble:
@@ -186,7 +221,14 @@ class KubernetesAPIDouble:
         self._runner = web.AppRunner(app, access_log=None)
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
+        backend = sock.getsockname()
+        self._front = socket.create_server(("127.0.0.1", 0))
+        self.port = self._front.getsockname()[1]
+        tls = self._tls_context()
+        threading.Thread(target=self._serve_tls, args=(tls, backend), daemon=True, name="k8s-tls").start()
+        self.network = self.docker.networks.create(
+            f"swerl-k8s-double-{uuid.uuid4().hex[:8]}", internal=True, labels={OWNER_LABEL: "swerl"}
+        )
 
         async def serve() -> None:
             await self._runner.setup()
@@ -197,12 +239,94 @@ class KubernetesAPIDouble:
         asyncio.run_coroutine_threadsafe(serve(), self._loop).result(10)
         return self
 
+    def _serve_tls(self, tls: ssl.SSLContext, backend: tuple[str, int]) -> None:
+        """The TLS front, relaying bytes as they come (as an API server proxying the
+        kubelet's stream does): TLS records then straddle websocket frames, so a client
+        can have whole frames decrypted and buffered while its socket is quiet."""
+        while True:
+            try:
+                conn, _ = self._front.accept()
+            except OSError:
+                return  # stopped
+            threading.Thread(target=self._relay_tls, args=(tls, conn, backend), daemon=True).start()
+
+    @staticmethod
+    def _relay_tls(tls: ssl.SSLContext, conn: socket.socket, backend: tuple[str, int]) -> None:
+        try:
+            front = tls.wrap_socket(conn, server_side=True)
+        except (OSError, ssl.SSLError):
+            conn.close()
+            return
+        back = socket.create_connection(backend)
+
+        def pump(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while chunk := src.recv(1 << 18):
+                    # what arrives within a few ms goes out as one write (a buffered writer)
+                    while len(chunk) < 1 << 18 and select.select([src], [], [], 0.005)[0]:
+                        more = src.recv(1 << 18)
+                        if not more:
+                            break
+                        chunk += more
+                    dst.sendall(chunk)
+            except OSError:
+                pass
+            finally:
+                for close in (lambda: dst.shutdown(socket.SHUT_WR), src.close):
+                    try:
+                        close()
+                    except OSError:
+                        pass
+
+        threading.Thread(target=pump, args=(back, front), daemon=True).start()
+        pump(front, back)
+
+    def _tls_context(self) -> ssl.SSLContext:
+        """A throwaway CA and a server certificate for 127.0.0.1: the exec websocket runs
+        over TLS, as on a real API server (TLS buffers decrypted frames a poll on the raw
+        socket cannot see)."""
+        import tempfile
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "k8s-api-double")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+            )
+            .sign(key, hashes.SHA256())
+        )
+        self.ca_pem = cert.public_bytes(serialization.Encoding.PEM)
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(f"{tmp}/cert.pem", "wb") as f:
+                f.write(self.ca_pem + key_pem)
+            ctx.load_cert_chain(f"{tmp}/cert.pem")
+        return ctx
+
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"https://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         """Stop serving and remove every container this double started."""
+        self._front.close()
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
             self._runner = None
@@ -212,12 +336,23 @@ class KubernetesAPIDouble:
         for pod in list(self.pods.values()):
             self._remove_container(pod)
         self.pods.clear()
+        if self.network is not None:
+            self.network.remove()
+            self.network = None
 
     def kubeconfig(self, token: str, namespace: str) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "double", "cluster": {"server": self.url}}],
+            "clusters": [
+                {
+                    "name": "double",
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority-data": base64.b64encode(self.ca_pem).decode(),
+                    },
+                }
+            ],
             "users": [{"name": token, "user": {"token": token}}],
             "contexts": [
                 {"name": "double", "context": {"cluster": "double", "user": token, "namespace": namespace}}
@@ -320,11 +455,6 @@ class KubernetesAPIDouble:
         uid = sec.get("runAsUser", psec.get("runAsUser"))
         gid = sec.get("runAsGroup", psec.get("runAsGroup"))
         limits = (c.get("resources") or {}).get("limits") or {}
-        isolated = any(
-            "Egress" in p["spec"].get("policyTypes", []) and not p["spec"].get("egress")
-            for (pns, _), p in self.policies.items()
-            if pns == ns and _policy_selects(p, pod.labels)
-        )
         labels = {
             OWNER_LABEL: "swerl",
             RUN_LABEL: pod.labels.get(RUN_LABEL, "k8s-double"),
@@ -340,7 +470,7 @@ class KubernetesAPIDouble:
                 user=None if uid is None else (f"{uid}:{gid}" if gid is not None else str(uid)),
                 hostname=spec.get("hostname"),
                 labels=labels,
-                network_mode="none" if isolated else "bridge",
+                network=self.network.name,
                 mem_limit=int(quantity(limits["memory"])) if "memory" in limits else None,
                 nano_cpus=int(quantity(limits["cpu"]) * 1e9) if "cpu" in limits else None,
                 pids_limit=self.pod_pids_limit,
@@ -465,11 +595,30 @@ class KubernetesAPIDouble:
                 if "already in progress" not in str(e):
                     raise
 
-    def evict(self, namespace: str, name: str) -> None:
-        """What the kubelet does under node pressure: kill the pod, mark it Failed/Evicted."""
+    def evict(self, namespace: str, name: str) -> str:
+        """What the kubelet does under node pressure: kill the pod, mark it Failed/Evicted.
+        Returns what the sandbox's error must then name (a regular expression)."""
         pod = self.pods[(namespace, name)]
         pod.failed = ("Evicted", "The node was low on resource: memory.")
         self._remove_container(pod)
+        return "Evicted"
+
+    # ---------------------------------------- what the tests ask (as of tests/k8s_real.py)
+    def pod_exists(self, namespace: str, name: str) -> bool:
+        """The pod is in the API, or its container still exists."""
+        pod = self.pods.get((namespace, name))
+        if pod is not None:
+            return True
+        return bool(
+            self.docker.api.containers(all=True, filters={"label": f"{POD_LABEL}={namespace}.{name}"})
+        )
+
+    def pod_labels(self, namespace: str, name: str) -> dict[str, str]:
+        return dict(self.pods[(namespace, name)].labels)
+
+    def verbs_used(self) -> set[tuple[str, str]] | None:
+        """(resource, verb) pairs the sandbox user was authorized for."""
+        return set(self.seen[SANDBOX_TOKEN])
 
     async def _create_policy(self, request: web.Request) -> web.Response:
         self._authorize(request, "networkpolicies", "create")
@@ -508,7 +657,12 @@ class KubernetesAPIDouble:
         exec_id = await loop.run_in_executor(
             None,
             lambda: api.exec_create(
-                pod.container_id, command, stdin=True, stdout=True, stderr=True, tty=False
+                pod.container_id,
+                ["sh", "-c", EXEC_WRAPPER, "swerl-exec", *command],
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
             )["Id"],
         )
         dsock = await loop.run_in_executor(None, lambda: api.exec_start(exec_id, socket=True))
@@ -584,7 +738,8 @@ NAMESPACE = "swerl-sandboxes"
 
 
 def serve_double(docker_client: docker.DockerClient, tmp: Any) -> Any:
-    """Generator for a session fixture: the double, the deny-network policy, KUBECONFIG.
+    """Generator for a session fixture: the double, the deny-network policy (recorded, not
+    enforced), KUBECONFIG.
 
     The backend's kubeconfig user holds exactly the Role that KubeRay renders.
     """

@@ -21,11 +21,15 @@ def test_default_config_loads_and_overrides_apply():
 @pytest.mark.parametrize(
     ("text", "overrides", "message"),
     [
-        ("rollout: {num_actorz: 2}\n", [], r"rollout\.num_actorz: Extra inputs are not permitted"),
+        (
+            "rollout: {num_actorz: 2}\n",
+            [],
+            r":1: rollout\.num_actorz: unknown key \(did you mean rollout\.num_actors\?\)",
+        ),
         ("rollout: {attempts: many}\n", [], r"rollout\.attempts: .*integer"),
         ("backend: {name: podman}\n", [], r"backend\.name"),
         ("- a list\n", [], "top level must be a mapping"),
-        ("env: {max_steps: 1\n", [], "not valid YAML"),
+        ("env: {max_steps: 1\n", [], r":2: not valid YAML"),
         ("{}\n", ["rollout.attempts"], "key.sub=value"),
     ],
 )
@@ -35,6 +39,30 @@ def test_bad_configs_name_the_key_and_the_file(tmp_path, text, overrides, messag
     with pytest.raises(ConfigError, match=message) as err:
         load_config(path, overrides)
     assert str(path) in str(err.value) or "override" in str(err.value)
+
+
+def test_typos_say_where_they_are_and_what_was_meant(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text("name: t\nrollout:\n  num_actors: 1\n  atempts: 2\nenv:\n  max_steps: many\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    text = str(err.value)
+    assert f"{path}:4: rollout.atempts: unknown key (did you mean rollout.attempts?)" in text
+    assert f"{path}:6: env.max_steps: " in text
+    # A command-line typo is blamed on the override, not on the (correct) file.
+    with pytest.raises(ConfigError) as err:
+        load_config("default", ["rollout.num_actorz=2", "envv.max_steps=3"])
+    text = str(err.value)
+    assert (
+        "override rollout.num_actorz=2: rollout.num_actorz: unknown key (did you mean rollout.num_actors?)"
+        in text
+    )
+    assert "override envv.max_steps=3: envv: unknown key (did you mean env?)" in text
+    assert "default.yaml" not in text
+    with pytest.raises(ConfigError, match=r"override rollout.attempts=zero: rollout.attempts: "):
+        load_config("default", ["rollout.attempts=zero"])
+    with pytest.raises(ConfigError, match=r"unknown key \(known keys of policy: name, placement, options\)"):
+        load_config(None, ["policy.zzzzzz=1"])
 
 
 def test_missing_config_file():

@@ -3,10 +3,14 @@ any grading), where grades run (threads unless Ray is asked for), and the logs a
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,8 @@ from swerl.errors import ConfigError
 from swerl.evaluate import apply_log_lines, load_predictions, pick_executor, run_eval
 from swerl.grading import GradeResult, GradeStatus
 from swerl.tasks.instance import load_instances
+
+_chdir = contextlib.chdir
 
 ROOT = Path(__file__).parents[1]
 
@@ -186,3 +192,100 @@ def test_bad_file_fails_before_any_grading_is_announced(tmp_path):
     with pytest.raises(ConfigError, match="--tasks"):
         run_eval(tmp_path / "p.jsonl", INSTANCES, run_id="x", out=tmp_path, progress=lines.append)
     assert lines == [] and not (tmp_path / "logs").exists()
+
+
+# ------------------------------------------------------------ a busy Docker host
+CHURN_LABEL = "swerl.test.churn"
+
+
+class Churn:
+    """Keeps ``size`` stopped containers alive, always creating one and removing the oldest,
+    so any listing of the host's containers races with removals (as on a shared host)."""
+
+    def __init__(self, client, image: str, tag: str, size: int = 24):
+        self.client, self.image, self.tag, self.size = client, image, tag, size
+        self.stop, self.removed = threading.Event(), 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        api, alive = self.client.api, []
+        while not self.stop.is_set():
+            alive.append(api.create_container(self.image, "true", labels={CHURN_LABEL: self.tag})["Id"])
+            if len(alive) > self.size:
+                api.remove_container(alive.pop(0), force=True)
+                self.removed += 1
+
+    def __enter__(self) -> Churn:
+        self.thread.start()
+        while self.removed < 3 and self.thread.is_alive():  # the pool is full and turning over
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        for c in self.client.api.containers(all=True, filters={"label": f"{CHURN_LABEL}={self.tag}"}):
+            self.client.api.remove_container(c["Id"], force=True)
+
+
+def test_the_report_is_written_while_other_containers_come_and_go(
+    base_image, docker_client, run_id, tmp_path
+):
+    """swebench's own listing of the host's containers fails under this churn; swerl's report never does."""
+    from docker.errors import NotFound
+    from swebench.harness.reporting import make_run_report
+
+    from swerl.evaluate import make_report
+
+    preds_file = tmp_path / "p.jsonl"
+    preds_file.write_text("".join(json.dumps(pred(i)) + "\n" for i in IDS[:2]))  # empty patches: no grading
+    preds = load_predictions(preds_file, INSTANCES)
+    with Churn(docker_client, base_image, run_id) as churn:
+        raw_failures = 0
+        for _ in range(40):  # the harness's own call with the host's client: the race is real
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), _chdir(tmp_path):
+                    make_run_report({p.instance_id: p.to_dict() for p in preds}, [], "raw", docker_client)
+            except NotFound:
+                raw_failures += 1
+                if raw_failures == 2:
+                    break
+        for n in range(10):
+            path, report, printed = make_report(tmp_path, preds, INSTANCES, f"churn{n}", docker_client)
+            assert report["empty_patch_instances"] == 2 and "Unstopped containers: 0" in printed
+            assert path == tmp_path / f"m.churn{n}.json"
+        assert churn.thread.is_alive() and churn.removed > 10
+    assert raw_failures == 2, "the churn never raced swebench's listing: this test proves nothing"
+
+
+def test_leftovers_are_counted_among_the_runs_own_containers(base_image, docker_client, tmp_path):
+    from swerl.evaluate import RunScopedDocker
+    from swerl.sandbox.base import RUN_LABEL
+
+    rid = f"scoped-{os.getpid()}"
+    mine = docker_client.api.create_container(base_image, "true", name=f"{rid}-left", labels={RUN_LABEL: rid})
+    other = docker_client.api.create_container(base_image, "true", name=f"x{rid}-other")
+    try:
+        scoped = RunScopedDocker(docker_client, rid)
+        assert [c.name for c in scoped.containers.list(all=True)] == [f"{rid}-left"]
+        assert f"{base_image}" in {t for i in scoped.images.list(all=True) for t in i.tags}
+    finally:
+        for c in (mine, other):
+            docker_client.api.remove_container(c["Id"], force=True)
+
+
+def test_grading_both_finishes_the_strict_half_when_the_official_half_fails(task_images, tmp_path):
+    """The official report cannot be written (its file name is taken by a directory): strict still runs."""
+    _gold(tmp_path / "preds.jsonl", GOLD2[:1])
+    (tmp_path / "m.b2.json").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    r = subprocess.run(
+        [sys.executable, "-m", "swerl.cli", "eval", "preds.jsonl", "--run-id", "b2", "--grading", "both", "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert "official grading failed: IsADirectoryError" in r.stderr
+    data = json.loads(r.stdout)
+    assert "IsADirectoryError" in data["official"]["error"]
+    assert data["strict"]["statuses"] == {GOLD2[0]: "resolved"}
+    assert json.loads((tmp_path / "m.b2-strict.json").read_text())["resolved_ids"] == GOLD2[:1]

@@ -1,4 +1,5 @@
-"""Kubernetes backend against KubernetesAPIDouble (tests/k8s_api_double.py), and KubeRay manifests.
+"""Kubernetes backend against KubernetesAPIDouble (tests/k8s_api_double.py), or a real
+cluster with SWERL_K8S_REAL=/path/to/admin.kubeconfig (tests/k8s_real.py); KubeRay manifests.
 
 The shared sandbox contract runs in test_sandbox_conformance.py; here: pod shape,
 start failures as infra errors, cleanup, reaping, RBAC, grading, exec latency.
@@ -6,6 +7,7 @@ start failures as infra errors, cleanup, reaping, RBAC, grading, exec latency.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 
@@ -13,13 +15,19 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from k8s_api_double import NAMESPACE, SANDBOX_TOKEN, _policy_selects
+from k8s_api_double import NAMESPACE, _policy_selects
 
 from swerl.cluster import kuberay
 from swerl.errors import BackendUnavailable, ImageMissing, SandboxError
 from swerl.sandbox import make_sandbox, reap
 from swerl.sandbox.base import SandboxConfig
-from swerl.sandbox.kubernetes import RBAC_RULES, KubernetesConfig, KubernetesSandbox, pod_manifest
+from swerl.sandbox.kubernetes import (
+    NETWORK_LABEL,
+    RBAC_RULES,
+    KubernetesConfig,
+    KubernetesSandbox,
+    pod_manifest,
+)
 
 K8S_VERSION = "1.33"
 
@@ -47,6 +55,7 @@ def test_pod_manifest_is_valid_and_locked_down():
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": list(cfg.cap_add)}
     assert c["resources"]["limits"] == {"cpu": "500m", "memory": "512Mi"}
+    assert c["resources"]["requests"] == {"cpu": "250m", "memory": "512Mi"}  # capped at the limit
     assert c["env"] == [{"name": "A", "value": "1"}]
     assert c["imagePullPolicy"] == "IfNotPresent" and c["command"][:2] == ["bash", "-c"]
 
@@ -60,43 +69,96 @@ def test_network_policy_isolates_sandboxes_unless_allowed():
 
 
 # ------------------------------------------------------------------ lifecycle
-def test_pod_is_deleted_on_close_and_containers_are_labelled(k8s, base_image, sandbox_config, docker_client):
+def test_pod_is_deleted_on_close_and_labelled(k8s, base_image, sandbox_config):
     sb = make_sandbox("kubernetes", base_image, sandbox_config)
     with sb:
         assert sb.backend == "kubernetes" and sb.alive
-        pod = k8s.pods[(NAMESPACE, sb.name)]
-        labels = docker_client.api.inspect_container(pod.container_id)["Config"]["Labels"]
+        labels = k8s.pod_labels(NAMESPACE, sb.name)
         assert labels["swerl.owner"] == "swerl" and labels["swerl.run"] == sandbox_config.run_id
         assert sb.execute("hostname; id -u").output == "sandbox\n0\n"
-    assert (NAMESPACE, sb.name) not in k8s.pods
-    assert not docker_client.api.containers(all=True, filters={"id": pod.container_id})
+    assert not k8s.pod_exists(NAMESPACE, sb.name)
 
 
-def test_network_can_be_allowed(k8s, base_image, sandbox_config):
-    with make_sandbox("kubernetes", base_image, sandbox_config.replace(network=True)) as sb:
-        assert "eth0" in sb.execute("ls /sys/class/net").output.split()
+def test_a_pod_has_the_pod_network_and_says_whether_it_may(k8s, base_image, sandbox_config):
+    """What Kubernetes gives, stated rather than promised: every pod has the cluster's
+    pod network (swerl cannot take it away); a sandbox without network is labelled so
+    the rendered NetworkPolicy isolates it where the CNI enforces NetworkPolicy."""
+    for network in (False, True):
+        with make_sandbox("kubernetes", base_image, sandbox_config.replace(network=network)) as sb:
+            assert "eth0" in sb.execute("ls /sys/class/net").output.split()
+            labels = k8s.pod_labels(NAMESPACE, sb.name)
+            assert labels[NETWORK_LABEL] == ("allowed" if network else "none")
+            policy = kuberay.network_policy(NAMESPACE)
+            assert _policy_selects(policy, labels) is not network
+
+
+_CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7}
+
+_INSIDE = r"""
+grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status
+cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max
+q=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null) && echo "$q $(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)" || cat /sys/fs/cgroup/cpu.max
+test -e /var/run/secrets/kubernetes.io/serviceaccount && echo token || echo no-token
+id -u; hostname
+"""
+
+
+def test_limits_and_lockdown_as_seen_inside_the_pod(k8s, base_image, sandbox_config):
+    """What the container runtime applied, read from inside: capabilities bounded to
+    ``cap_add``, no new privileges, a seccomp filter, the memory and cpu limits, no
+    service account token, the user, the hostname."""
+    cfg = sandbox_config.replace(memory="512m", cpus=0.5)
+    with make_sandbox("kubernetes", base_image, cfg) as sb:
+        lines = sb.execute(_INSIDE, cwd="/").output.splitlines()
+    status = dict(line.split(":\t") for line in lines[:4])
+    caps = sum(1 << _CAP_BITS[c] for c in cfg.cap_add)
+    assert int(status["CapEff"], 16) == caps and int(status["CapBnd"], 16) == caps
+    assert status["NoNewPrivs"] == "1" and status["Seccomp"] == "2"  # 2: a seccomp filter
+    assert lines[4] == str(512 * 1024**2)
+    quota, period = lines[5].split()
+    assert int(quota) / int(period) == 0.5
+    assert lines[6:] == ["no-token", "0", "sandbox"]
+    with make_sandbox("kubernetes", base_image, sandbox_config.replace(user="1000:1000")) as sb:
+        assert sb.execute("id -u; id -g").output == "1000\n1000\n"
+
+
+def test_the_pod_ends_with_its_lifetime(k8s, base_image, sandbox_config):
+    sb = make_sandbox("kubernetes", base_image, sandbox_config.replace(lifetime=3)).start()
+    try:
+        time.sleep(6)
+        with pytest.raises(SandboxError, match=r"Succeeded|Failed|DeadlineExceeded|no longer exists"):
+            sb.execute("echo still here")
+    finally:
+        sb.close()
+    assert not k8s.pod_exists(NAMESPACE, sb.name)
 
 
 def test_missing_image_is_image_missing_and_pod_is_deleted(k8s, sandbox_config):
     sb = make_sandbox("kubernetes", "swerl-test-no-such-image:never", sandbox_config)
-    with pytest.raises(ImageMissing, match=r"ErrImagePull|ImagePullBackOff"):
+    with pytest.raises(ImageMissing, match=r"ErrImagePull|ImagePullBackOff|ErrImageNeverPull"):
         sb.start()
-    assert (NAMESPACE, sb.name) not in k8s.pods
+    assert not k8s.pod_exists(NAMESPACE, sb.name)
 
 
 def test_unschedulable_is_an_infra_error(k8s, base_image, sandbox_config):
-    sb = make_sandbox("kubernetes", base_image, sandbox_config.replace(cpus=10_000))
+    sb = KubernetesSandbox(base_image, sandbox_config.replace(cpus=10_000), cpu_request="10000")
     with pytest.raises(SandboxError, match=r"Unschedulable.*Insufficient cpu"):
         sb.start()
-    assert (NAMESPACE, sb.name) not in k8s.pods
+    assert not k8s.pod_exists(NAMESPACE, sb.name)
 
 
 def test_eviction_breaks_the_channel_as_an_infra_error(k8s, base_image, sandbox_config):
-    with make_sandbox("kubernetes", base_image, sandbox_config) as sb:
-        k8s.evict(NAMESPACE, sb.name)
-        with pytest.raises(SandboxError, match="Evicted"):
+    sb = make_sandbox("kubernetes", base_image, sandbox_config).start()
+    try:
+        says = k8s.evict(NAMESPACE, sb.name)
+        with pytest.raises(SandboxError, match=says):
             sb.execute("sleep 5")
         assert not sb.alive
+        with pytest.raises(SandboxError):
+            sb.read_file("/etc/hostname")
+    finally:
+        sb.close()  # never raises the websocket's error, and deletes whatever is left
+    assert not k8s.pod_exists(NAMESPACE, sb.name)
 
 
 def test_unreachable_api_is_backend_unavailable(tmp_path, base_image):
@@ -131,12 +193,14 @@ def test_reaper_deletes_a_runs_pods_only(k8s, base_image, sandbox_config):
     other = make_sandbox("kubernetes", base_image, sandbox_config).start()
     try:
         assert reap("kubernetes", mine.run_id) == 2
-        names = {name for _, name in k8s.pods}
-        assert a.name not in names and b.name not in names and other.name in names
+        assert not k8s.pod_exists(NAMESPACE, a.name) and not k8s.pod_exists(NAMESPACE, b.name)
         assert other.execute("echo ok").output == "ok\n"
+        with pytest.raises(SandboxError):  # a reaped sandbox's channel breaks as an infra error
+            a.execute("echo gone")
     finally:
         for sb in (a, b, other):
             sb.close()
+    assert not k8s.pod_exists(NAMESPACE, other.name)
 
 
 # -------------------------------------------------------------------- grading
@@ -176,16 +240,22 @@ def test_exec_latency_over_the_websocket(k8s, base_image, sandbox_config):
 
 # ----------------------------------------------------------------------- RBAC
 def test_rbac_grants_exactly_what_the_backend_used(k8s, base_image, sandbox_config):
-    """The double enforces the Role (a missing verb fails the conformance run with 403);
-    here every granted verb must also have been used."""
+    """The API server enforces the Role (a missing verb fails the conformance run with 403);
+    here every granted verb must also have been used (the double records them; a real
+    API server's audit log shows them, given as $SWERL_K8S_REAL_AUDIT)."""
     with make_sandbox("kubernetes", base_image, sandbox_config) as sb:
         sb.execute("true")
     reap("kubernetes", "no-such-run")
-    granted = {(res, verb) for rule in RBAC_RULES for res in rule["resources"] for verb in rule["verbs"]}
-    assert k8s.seen[SANDBOX_TOKEN] == granted
     assert all(rule["apiGroups"] == [""] for rule in RBAC_RULES)
     role = next(d for d in kuberay.render(kuberay.KubeRayConfig()) if d["kind"] == "Role")
     assert role["rules"] == list(RBAC_RULES)
+    used = k8s.verbs_used()
+    if used is None:
+        pytest.skip("no audit log of the real API server ($SWERL_K8S_REAL_AUDIT): the used verbs are unknown")
+    granted = {(res, verb) for rule in RBAC_RULES for res in rule["resources"] for verb in rule["verbs"]}
+    if getattr(k8s, "version", (1, 35)) < (1, 35):  # the exec upgrade is authorized as create from 1.35
+        granted.discard(("pods/exec", "create"))
+    assert used == granted
 
 
 # -------------------------------------------------------------------- KubeRay
@@ -394,12 +464,56 @@ def test_submit_applies_everything_then_follows_the_job(monkeypatch):
     assert any("job=SUCCEEDED" in line for line in lines)
 
 
-def test_the_double_refuses_what_it_does_not_implement(k8s):
+def test_the_double_refuses_what_it_does_not_implement(k8s, k8s_double_only):
+    import ssl
     import urllib.request
 
     req = urllib.request.Request(
         f"{k8s.url}/api/v1/namespaces/x/services", headers={"Authorization": "Bearer admin-token"}
     )
+    tls = ssl.create_default_context(cadata=k8s.ca_pem.decode())
     with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(req)
+        urllib.request.urlopen(req, context=tls)
     assert e.value.code == 404 and b"does not implement GET" in e.value.read()
+
+
+def _dropped(sent: object, kept: object, path: str = "") -> list[str]:
+    """Paths of what was sent and is not in what the API server kept (pruned or changed)."""
+    if isinstance(sent, dict):
+        if not isinstance(kept, dict):
+            return [path or "/"]
+        return [p for k, v in sent.items() for p in _dropped(v, kept.get(k, _ABSENT), f"{path}.{k}")]
+    if isinstance(sent, list):
+        if not isinstance(kept, list) or len(kept) != len(sent):
+            return [path]
+        return [
+            p for i, (s, k) in enumerate(zip(sent, kept, strict=True)) for p in _dropped(s, k, f"{path}[{i}]")
+        ]
+    return [] if str(sent) == str(kept) else [path]
+
+
+_ABSENT = object()
+
+
+def test_rendered_manifests_pass_a_real_api_servers_schema(k8s, tmp_path):
+    """Server-side dry run of every rendered document on a real cluster: the API server's
+    own validation (core types, and the KubeRay CRDs' OpenAPI schemas where installed),
+    and nothing sent was pruned as unknown. The operator itself is not run."""
+    if not hasattr(k8s, "api_client"):
+        pytest.skip("needs a real API server ($SWERL_K8S_REAL): the double implements no dry run")
+    from kubernetes.dynamic import DynamicClient
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+    dyn = DynamicClient(k8s.api_client)
+    cfg = dataclasses.replace(_config(tmp_path), namespace=NAMESPACE, sandbox_namespace=NAMESPACE)
+    checked = []
+    for doc in kuberay.render(cfg):
+        try:
+            res = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        except ResourceNotFoundError:
+            pytest.skip(f"{doc['apiVersion']} {doc['kind']} is not served: install the KubeRay CRDs")
+        kept = res.create(body=doc, namespace=doc["metadata"].get("namespace"), dry_run="All").to_dict()
+        body = {k: v for k, v in doc.items() if k != "metadata"}
+        assert not _dropped(body, kept), (doc["kind"], _dropped(body, kept))
+        checked.append(doc["kind"])
+    assert checked[-2:] == ["RayCluster", "RayJob"]

@@ -1,9 +1,12 @@
-"""LLMPolicy against a real OpenAI-compatible server: ``transformers serve`` with the tiny local model.
+"""LLMPolicy in chat mode against a real OpenAI-compatible server: ``transformers serve``, tiny local model.
 
-One server per module (it takes ~20-30 s to start on CPU). It returns text and
-usage but no token ids or logprobs, so episodes fall back to re-tokenized,
-``exact=False`` trajectories. Servers that are down, stuck or answer garbage
-are real sockets too.
+One server per module (it takes ~20-30 s to start on CPU). It takes no token-id
+prompt, so the policy detects chat mode on its first request; it returns text and
+usage but no token ids or logprobs, so episodes are laid out message by message,
+``exact=False``, and refused by the trainer adapters unless allowed. The model
+samples (temperature 1, its generation config samples). Token-in/token-out
+against a real vLLM is ``test_vllm.py``. Servers that are down, stuck or answer
+garbage are real sockets too.
 """
 
 from __future__ import annotations
@@ -89,9 +92,12 @@ def policy(tiny_model_dir, base_url: str, **kw) -> LLMPolicy:
     return LLMPolicy(str(tiny_model_dir), base_url=base_url, max_tokens=8, temperature=1.0, **kw)
 
 
-def test_episodes_against_a_real_server_fall_back_to_retokenized(
+def test_episodes_against_a_chat_only_server_are_laid_out_by_message_and_inexact(
     server, tiny_model_dir, tok, ray_session, tasks, sandbox_config
 ):
+    from swerl.errors import ConfigError, InexactTokens
+    from swerl.integrations.trl import rollout_batch
+
     p = policy(tiny_model_dir, server.url, system_prompt="Fix the bug.")
     with RolloutRunner(
         tasks[:2],
@@ -105,15 +111,24 @@ def test_episodes_against_a_real_server_fall_back_to_retokenized(
     for ep in eps:
         assert not ep.infra_error and ep.reward == 0.0, (ep.status, ep.error)
         assert len(ep.steps) == 2
+        assert {s.policy["mode"] for s in ep.steps} == {"chat"}  # detected: no token-id prompts here
         first = ep.steps[0].policy
-        assert first["usage"]["completion_tokens"] > 0 and first["prompt_messages"][1]["role"] == "user"
+        assert first["prompt_messages"][1]["role"] == "user"
         assert "completion_ids" not in first  # this server returns no ids
         assert "sk-driver-secret" not in ep.to_json()
+        with pytest.raises(ConfigError, match="no token ids"):
+            ep.to_tokens()
         t = ep.to_tokens(tok)
-        assert not t.exact and t.logprobs is None
+        assert not t.exact and t.logprobs is None and "re-tokenized" in t.inexact_reason
         assert len(t.loss_mask) == len(t.response_ids) and len(t.turns) == 2
         text = tok.decode(t.prompt_ids + t.response_ids)
-        assert "Fix the bug." in text and ep.steps[0].observation[:40] in text
+        assert text.count("<|im_start|>user") == 2 and text.count("<|im_start|>assistant") == 2
+        assert "Fix the bug." in text and text.count(ep.steps[0].observation[:60]) == 1
+    # the model sampled real tokens (not just an end-of-turn): usage counts them, the text has them
+    assert all(s.policy["usage"]["completion_tokens"] > 1 for ep in eps for s in ep.steps)
+    assert sum(len(s.action) for ep in eps for s in ep.steps) > 0
+    with pytest.raises(InexactTokens):
+        rollout_batch(eps)
 
 
 def test_tool_call_format_reaches_the_chat_template(server, tiny_model_dir, monkeypatch):
@@ -154,7 +169,7 @@ def test_a_tool_call_reply_becomes_an_action_and_its_result_a_tool_message(tiny_
 
 
 def test_vllm_style_ids_are_recorded_as_prompt_deltas(tiny_model_dir):
-    """vLLM's ``return_token_ids`` answer shape, parsed by the policy (no vLLM runs on this CPU)."""
+    """vLLM's chat-mode ``return_token_ids`` answer shape, parsed by the policy."""
     from openai.types.chat import ChatCompletion
 
     def answer(prompt_ids, ids):

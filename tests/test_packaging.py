@@ -94,3 +94,18 @@ def test_installed_swerl_runs_the_default_config_outside_the_checkout(installed,
     assert f"config: {installed['venv'] / 'lib'}" in r.stdout.splitlines()[0]
     summary = json.loads((cwd / "run" / "summary.json").read_text())
     assert summary["statuses"] == {"resolved": 1}
+
+
+def test_bootstrap_runs_from_an_installed_swerl_outside_the_checkout(installed, task_images):
+    """`pip install .` then `python3 -m swerl.bootstrap run` elsewhere: no `pip install -e` of site-packages."""
+    py, cwd = str(installed["venv"] / "bin" / "python"), installed["cwd"]
+    r = _run([py, "-m", "swerl.bootstrap", "run", "default", "task_ids=[swerl__tinyconf-1]", "rollout.num_actors=1",
+              "output_dir=boot"], cwd=cwd, timeout=600)  # fmt: skip
+    assert "not a checkout: nothing to pip install" in r.stdout and " -e " not in r.stdout
+    assert json.loads((cwd / "boot" / "summary.json").read_text())["statuses"] == {"resolved": 1}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    t = subprocess.run([py, "-m", "swerl.bootstrap", "test"], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert (
+        t.returncode == 1 and "inside a clone of the repository" in t.stderr and "Traceback" not in t.stderr
+    )

@@ -27,7 +27,7 @@ from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxE
 from swerl.policies.scripted import GoldPolicy
 from swerl.sandbox.base import DEFAULT_CAPS
 from swerl.sandbox.docker import DockerSandbox
-from swerl.sandbox.enroot import EnrootSandbox, reap
+from swerl.sandbox.enroot import EnrootSandbox, pyxis_limit_args, reap, slurm_enforcement
 from swerl.tasks.instance import load_instances
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="swerl's isolation around enroot needs root")
@@ -224,7 +224,9 @@ def test_host_kernel_settings_sysfs_and_devices_are_out_of_reach(sandbox):
 
 
 @needs_root
-def test_capabilities_are_cap_add_and_other_users_are_refused(base_image, sandbox_config, enroot_double):
+def test_capabilities_are_cap_add_and_other_users_need_swerls_isolation(
+    base_image, sandbox_config, enroot_double
+):
     def bounding(sb) -> int:
         line = sb.execute("grep CapBnd /proc/self/status").output
         return int(line.split()[1], 16)
@@ -237,8 +239,8 @@ def test_capabilities_are_cap_add_and_other_users_are_refused(base_image, sandbo
         assert bounding(sb) == (1 << 0) | (1 << 5)
         assert sb.execute("touch /tmp/f && chown 0:0 /tmp/f").returncode == 0
         assert sb.execute("mknod /tmp/n c 1 3").returncode != 0  # no CAP_MKNOD
-    with pytest.raises(ConfigError, match=r"cannot run a sandbox as user 'nobody'.*uid map"):
-        EnrootSandbox(base_image, sandbox_config.replace(user="nobody")).start()
+    with pytest.raises(ConfigError, match=r"cannot run a sandbox as user 'nobody' without swerl's isolation"):
+        EnrootSandbox(base_image, sandbox_config.replace(user="nobody"), isolation="enroot").start()
     with pytest.raises(ConfigError, match="invalid capability"):
         EnrootSandbox(base_image, sandbox_config.replace(cap_add=("SYS ADMIN",))).start()
 
@@ -346,9 +348,33 @@ def _has_pyxis() -> bool:
     return "--container-image" in out
 
 
+NO_LIMITS = {"memory": "", "cpus": 0.0, "pids_limit": 0}
+"""What a Pyxis sandbox must be given where Slurm does not enforce a step's limits."""
+
+
+def test_pyxis_refuses_limits_slurm_would_not_enforce(base_image, sandbox_config, monkeypatch, enroot_double):
+    monkeypatch.setenv("SLURM_JOB_ID", "999999999")
+    opts = {"launcher": "pyxis", "network_isolation": "none"}
+    with pytest.raises(
+        ConfigError, match=r"cannot enforce .*pids_limit \(Slurm has no per-step process limit"
+    ):
+        EnrootSandbox(base_image, sandbox_config.replace(memory="", cpus=0.0), **opts).start()
+    enforced = slurm_enforcement()
+    cfg = sandbox_config.replace(memory="256m", cpus=1.5, pids_limit=0)
+    if all(enforced.values()):
+        args, applied = pyxis_limit_args(cfg)
+        assert args == ["--mem=256M", "--cpus-per-task=2"] and applied["pids"] == "none (not asked)"
+    else:  # this machine's Slurm: TaskPlugin=task/none
+        with pytest.raises(ConfigError, match=r"cannot enforce memory \(srun --mem, enforced only with"):
+            EnrootSandbox(base_image, cfg, **opts).start()
+    args, applied = pyxis_limit_args(sandbox_config.replace(**NO_LIMITS))
+    assert args == [] and set(applied.values()) == {"none (not asked)"}
+
+
 def test_pyxis_srun_failure_names_srun_and_the_job(base_image, sandbox_config, monkeypatch, enroot_double):
     if not shutil.which("srun"):
         pytest.skip("no srun")
+    sandbox_config = sandbox_config.replace(**NO_LIMITS)
     monkeypatch.setenv("SLURM_JOB_ID", "999999999")  # no such job: the real srun fails
     sb = EnrootSandbox(base_image, sandbox_config, launcher="pyxis", network_isolation="none")
     with pytest.raises(SandboxError, match=r"srun \(job 999999999\)"):
@@ -403,7 +429,12 @@ def test_pyxis_partial_lines_binary_files_env_and_no_leftovers(
     monkeypatch.setenv("SLURM_JOB_ID", slurm_job)
     before = _node_containers()
     opts = {"launcher": "pyxis", "network_isolation": "none"}
-    with EnrootSandbox(base_image, sandbox_config.replace(workdir="/tmp"), **opts) as sb:
+    with EnrootSandbox(base_image, sandbox_config.replace(workdir="/tmp", **NO_LIMITS), **opts) as sb:
+        assert sb.limits == {
+            "memory": "none (not asked)",
+            "cpus": "none (not asked)",
+            "pids": "none (not asked)",
+        }
         assert sb.execute("printf abc", timeout=20).output == "abc"  # no newline: held without --unbuffered
         data = os.urandom(5000)
         sb.write_file("/tmp/blob", data)
@@ -411,4 +442,83 @@ def test_pyxis_partial_lines_binary_files_env_and_no_leftovers(
         assert sb.execute("pwd").output == "/tmp\n"
         shown = sb.execute("env").output
         assert "SLURM_" not in shown and "ENROOT_" not in shown, shown
+        mark = marker()
+        host = subprocess.Popen(["bash", "-c", f"exec -a {mark}-host sleep 120"])
+        try:  # a pid namespace of its own: no host process in sight, detached ones die on close
+            assert sb.execute(f"ps -eo args | grep -c '^{mark}' || true").output.strip() == "0"
+            sb.execute(f"setsid bash -c 'exec -a {mark}-a sleep 300' >/dev/null 2>&1 &")
+            sb.execute(f"nohup bash -c 'exec -a {mark}-b sleep 300' >/dev/null 2>&1 &")
+            assert wait_until(lambda: len(host_pids(mark)) == 3), host_pids(mark)
+        finally:
+            host.kill()
+            host.wait()
+    assert wait_until(lambda: not host_pids(mark), 10), host_pids(mark)
     assert wait_until(lambda: _node_containers() == before, 10), _node_containers()
+
+
+# ------------------------------------------------------------------ syscall filter, network
+@needs_root
+def test_without_libseccomp_a_sandbox_is_refused_not_started_unfiltered(
+    base_image, sandbox_config, enroot_double, monkeypatch
+):
+    import sys
+
+    from swerl.sandbox import seccomp
+
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # the binding cannot be imported
+    seccomp.docker_default_bpf.cache_clear()
+    seccomp.known_syscalls.cache_clear()
+    try:
+        sb = EnrootSandbox(base_image, sandbox_config.replace(cap_add=("CHOWN", "SETUID")))
+        with pytest.raises(BackendUnavailable, match="libseccomp"):
+            sb.start()
+        assert not sb.alive
+    finally:
+        seccomp.docker_default_bpf.cache_clear()
+        seccomp.known_syscalls.cache_clear()
+
+
+@needs_root
+def test_cap_add_sys_admin_gives_back_what_docker_gives_back(base_image, sandbox_config, enroot_double):
+    with EnrootSandbox(base_image, sandbox_config) as sb:
+        assert sb.syscall_filter == "docker-default"
+        assert "Operation not permitted" in sb.execute("unshare --user true").output
+    with EnrootSandbox(
+        base_image, sandbox_config.replace(cap_add=(*sandbox_config.cap_add, "SYS_ADMIN"))
+    ) as sb:
+        assert sb.execute("unshare --user --mount true").returncode == 0
+
+
+@needs_root
+def test_network_true_is_the_host_network(base_image, sandbox_config, enroot_double):
+    """network: true starts (it failed on a busy sysfs) and shares the host's network namespace:
+    unlike Docker's bridge, services on the host's loopback are reachable."""
+    import socket
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    try:
+        with EnrootSandbox(base_image, sandbox_config.replace(network=True)) as sb:
+            seen = set(sb.execute("ls /sys/class/net").output.split())
+            assert seen == set(os.listdir("/sys/class/net"))
+            port = srv.getsockname()[1]
+            r = sb.execute(
+                f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)'"
+            )
+            assert r.returncode == 0, r.output
+            assert sb.execute("touch /sys/x").returncode != 0  # sysfs still read-only
+    finally:
+        srv.close()
+
+
+@needs_root
+@pytest.mark.parametrize("user", ["nobody", "65534:65534", "1234"])
+def test_user_is_dockers_user(user, base_image, sandbox_config, enroot_double, docker_client):
+    """No user namespace under swerl's isolation: ``user`` is a real uid, as in Docker."""
+    cfg = sandbox_config.replace(user=user)
+    show = "id; echo $HOME; grep CapEff /proc/self/status; touch /tmp/mine && stat -c %u:%g /tmp/mine"
+    with DockerSandbox(base_image, cfg, client=docker_client) as docker_sb:
+        expected = docker_sb.execute(show).output
+    with EnrootSandbox(base_image, cfg) as sb:
+        assert sb.execute(show).output == expected
+    with pytest.raises(ConfigError, match="invalid user"):
+        EnrootSandbox(base_image, cfg.replace(user="a b")).start()

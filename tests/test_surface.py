@@ -300,3 +300,42 @@ def test_live_display_on_a_terminal_shows_elapsed_eta_and_mean():
     assert "[2/3] t-1 #0: resolved reward=1.0" in text and "[3/3] t-2 #0: infra_error" in text
     assert "SandboxError: it died" in text and "3/3" in text and "infra errors 1" in text
     assert "mean reward 1.00" in text
+
+
+# ------------------------------------------------- round three (issue 31)
+def test_tasks_validate_without_docker_or_an_image_is_exit_3(task_images, tmp_path):
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(SUITE["swerl__textkit-1"].to_dict()) + "\n")
+    r = swerl("tasks", "validate", str(one), DOCKER_HOST=f"unix://{tmp_path}/none.sock")
+    assert r.returncode == 3 and "cannot reach the Docker daemon" in r.stderr, r.stdout + r.stderr
+    assert "MISMATCH" not in r.stdout and "Traceback" not in r.stderr
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text(
+        json.dumps(SUITE["swerl__textkit-1"].to_dict() | {"image": "swerl-test-missing:v"}) + "\n"
+    )
+    r = swerl("tasks", "validate", str(missing))
+    assert r.returncode == 3 and "swerl-test-missing:v" in r.stderr and f"build-images {missing}" in r.stderr
+    assert "MISMATCH" not in r.stdout and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_kuberay_submit_without_the_kubernetes_extra_is_exit_3(tmp_path):
+    # sys.modules[name] = None is how Python itself makes a module unimportable.
+    code = (
+        "import sys; sys.modules['kubernetes'] = None; from swerl.cli import main; "
+        f"sys.exit(main(['cluster', 'kuberay', 'submit', {str(ROOT / 'configs' / 'kuberay.yaml')!r}]))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=120)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "pip install 'swerl[kubernetes]'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_gymnasium_make_works_in_a_fresh_interpreter(tmp_path):
+    """Gymnasium >= 1.0 has no plugin entry points; its ``module:id`` form imports the registering module."""
+    code = (
+        "import sys, gymnasium; assert 'swerl' not in sys.modules; "
+        "env = gymnasium.make('swerl:swerl/SWE-v0', tasks='swerl-mini'); "
+        "print(type(env.unwrapped).__name__, len(env.unwrapped.tasks))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env(),
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 0 and r.stdout.split() == ["SWEEnv", str(len(SUITE))], r.stderr

@@ -18,6 +18,8 @@ from swerl.tasks.images import build_task_images, hub_image_name, require_task_i
 from swerl.tasks.instance import Instance, load_instances, select
 
 SUITE = Path(__file__).resolve().parents[1] / "envs" / "swerl-mini"
+GRADABLE = {"eval_script": "#!/bin/bash\npytest -rA\n", "log_parser": "parse_log_pytest"}
+"""What a record needs beyond SWE-bench's fields to be graded (loaders refuse one without)."""
 
 # A record as SWE-bench 5.x ships it (test lists as JSON strings, its own eval script).
 ASTROPY = {
@@ -121,7 +123,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_load_json_list_single_and_jsonl(tmp_path):
-    rec = {"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc", "FAIL_TO_PASS": '["t1"]'}
+    rec = {"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc", "FAIL_TO_PASS": '["t1"]', **GRADABLE}
     rec2 = {**rec, "instance_id": "o__r-2"}
     assert [i.instance_id for i in load_instances(_write(tmp_path, "a.json", json.dumps([rec, rec2])))] == [
         "o__r-1",
@@ -134,7 +136,7 @@ def test_load_json_list_single_and_jsonl(tmp_path):
 
 
 def test_load_errors_name_file_line_and_field(tmp_path):
-    good = json.dumps({"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc"})
+    good = json.dumps({"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc", **GRADABLE})
     missing = json.dumps({"instance_id": "o__r-2", "repo": "o/r"})
     p = _write(tmp_path, "t.jsonl", f"{good}\n{missing}\n")
     with pytest.raises(ConfigError, match=r"t\.jsonl:2: missing field 'base_commit'"):
@@ -146,7 +148,7 @@ def test_load_errors_name_file_line_and_field(tmp_path):
     with pytest.raises(ConfigError, match=r"v\.json:3: bad JSON"):
         load_instances(p)
     bad_list = json.dumps(
-        {"instance_id": "o__r-3", "repo": "o/r", "base_commit": "abc", "PASS_TO_PASS": "[1"}
+        {"instance_id": "o__r-3", "repo": "o/r", "base_commit": "abc", "PASS_TO_PASS": "[1", **GRADABLE}
     )
     p = _write(tmp_path, "w.jsonl", f"{good}\n{bad_list}\n")
     with pytest.raises(ConfigError, match=r"w\.jsonl:2: field 'PASS_TO_PASS' is not a JSON list"):

@@ -111,11 +111,71 @@ def test_json_round_trip_and_fallback_retokenizes(tok, model, tmp_path):
     assert "out" in tok.decode([i for i, m in zip(t.response_ids, t.loss_mask, strict=True) if not m])
 
 
-def test_a_turn_that_does_not_extend_the_last_is_not_exact(tok, model):
+def rerendered(tok, ep: Episode) -> Episode:
+    """``ep`` as a chat-mode server records it: each turn's prompt is the whole chat re-rendered from text."""
+    first = ep.steps[0].policy
+    messages = list(first["prompt_messages"])
+    for k, step in enumerate(ep.steps):
+        s = step.policy
+        if k:
+            messages += [
+                {"role": "assistant", "content": ep.steps[k - 1].action},
+                {"role": first["observation_role"], "content": ep.steps[k - 1].observation},
+            ]
+            s["prompt_ids"] = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            s["prompt_start"] = 0
+    return ep
+
+
+def test_a_rerendered_chat_is_laid_out_once_per_message_and_not_exact(tok, model):
+    torch.manual_seed(0)
+    ep, prompts = play(tok, model, ["fix the bug", "file a.py", "tests fail"], role="user")
+    sampled = [list(s.policy["completion_ids"]) for s in ep.steps]
+    ep = rerendered(tok, ep)
+    assert ep.steps[1].policy["prompt_ids"][: len(prompts[1])] != prompts[1]  # the re-render drifted
+    with pytest.raises(ConfigError, match="re-rendered"):
+        ep.to_tokens()
+    t = ep.to_tokens(tok)
+    assert not t.exact and "re-rendered" in t.inexact_reason
+    assert t.prompt_ids == prompts[0] and len(t.turns) == 3
+    assert t.completion_ids == sampled  # the recorded ids, not the re-tokenized text
+    assert t.prompt_ids + t.response_ids == [*prompts[-1], *sampled[-1]]  # same length as what was sampled
+    text = tok.decode(t.prompt_ids + t.response_ids)
+    assert text.count("<|im_start|>user") == 3 and text.count("<|im_start|>assistant") == 3
+    for obs in ["fix the bug", "file a.py", "tests fail"]:
+        assert text.count(obs) == 1
+
+
+def test_recorded_ids_survive_bytes_that_decode_to_replacement_chars(tok):
+    """Byte-level pieces of one character, cut apart, decode to U+FFFD and re-encode to other ids."""
+    ids = tok.encode("é→ok", add_special_tokens=False)
+    cut = [i for i in ids if "\ufffd" in tok.decode([i])]
+    assert cut, "the tokenizer splits these characters into byte pieces"
+    reply = [*cut[::-1], tok.eos_token_id]  # pieces out of order: not valid UTF-8
+    text = tok.decode(reply, skip_special_tokens=True)
+    assert "\ufffd" in text and tok.encode(text, add_special_tokens=False) != reply[:-1]
+    info = Sampled(reply, [1, 2, 3], 0, [-1.0] * len(reply), "stop")
+    info.prompt_messages = [SYSTEM, {"role": "user", "content": "hi"}]
+    ep = Episode("t", 0, [Step(1, text, "", policy=info.to_info())])
+    t = ep.to_tokens(tok)
+    assert t.exact and t.response_ids == reply and t.logprobs == [-1.0] * len(reply)
+    for key in ("prompt_ids", "completion_ids", "logprobs"):
+        ep.steps[0].policy.pop(key)
+    t = ep.to_tokens(tok)
+    assert not t.exact and "re-tokenized" in t.inexact_reason and t.response_ids != reply
+
+
+def test_trainer_adapters_refuse_inexact_episodes_unless_told(tok, model):
+    from swerl.errors import InexactTokens
+    from swerl.integrations.common import trainer_tokens
+
+    torch.manual_seed(0)
     ep, _ = play(tok, model, ["fix", "out"])
-    ep.steps[1].policy["prompt_start"] = 0
-    ep.steps[1].policy["prompt_ids"] = tok.encode("something else", add_special_tokens=False)
-    assert not ep.to_tokens().exact
+    assert trainer_tokens(ep).exact
+    ep = rerendered(tok, ep)
+    with pytest.raises(InexactTokens, match=r"t#0 .*re-rendered.*allow_inexact"):
+        trainer_tokens(ep, tok)
+    assert not trainer_tokens(ep, tok, allow_inexact=True).exact
 
 
 def test_model_policy_with_tool_calls_records_exact_turns(tok, model):

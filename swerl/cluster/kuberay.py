@@ -306,10 +306,10 @@ def submit(
 
     Returns the RayJob's last status (``jobStatus``: SUCCEEDED, FAILED, ...).
     """
+    dyn = _dynamic_client(kubeconfig, context)  # first: no kubernetes extra is exit 3, not a traceback
     from kubernetes.client.exceptions import ApiException
     from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-    dyn = _dynamic_client(kubeconfig, context)
     for doc in render(cfg):
         ns, name = doc["metadata"]["namespace"], doc["metadata"]["name"]
         try:

@@ -15,6 +15,7 @@ past the base commit (``scrub_history=False`` keeps the image's history).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 import threading
@@ -30,14 +31,17 @@ from swerl.env.snapshot import EnvSnapshot, SnapshotError, Workspace, apply_work
 from swerl.env.spaces import AnyText
 from swerl.errors import ConfigError, InfraError
 from swerl.grading import GradeResult, GradeStatus, GradingMode, grade
+from swerl.grading.harbor import grade_harbor
 from swerl.sandbox import SandboxConfig, make_sandbox
 from swerl.sandbox.base import Sandbox
 from swerl.sandbox.interpreter import LOGIN_SHELL, check_interpreter, under_interpreter
 from swerl.sandbox.pool import SandboxPool
 from swerl.tasks.history import SCRUB_SCRIPT, scrub_history
 from swerl.tasks.instance import Instance, load_instances
+from swerl.tasks.sources.harbor import BASE_AT_RESET
 
 REPO_ROOT = "/testbed"
+"""Where SWE-bench images keep the repository; a task's own ``workdir`` says where it is."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class SWEEnv(gym.Env[str, str]):
         if not self.tasks:
             raise ConfigError("SWEEnv needs at least one task")
         self._by_id = {t.instance_id: t for t in self.tasks}
+        self._by_image = {t.image: t for t in self.tasks}
         self.backend = backend
         self.backend_options = dict(backend_options or {})
         """Keyword arguments of the backend's sandbox class (``backend.options`` in a config)."""
@@ -139,12 +144,14 @@ class SWEEnv(gym.Env[str, str]):
 
     # ---------------------------------------------------------------- sandboxes
     def _new_sandbox(self, image: str) -> Sandbox:
-        return make_sandbox(
-            self.backend, image, self.sandbox_config.replace(workdir=REPO_ROOT), **self.backend_options
-        )
+        task = self.task if self.task is not None and self.task.image == image else self._by_image.get(image)
+        config = self.sandbox_config.replace(workdir=task.workdir if task else REPO_ROOT)
+        if task is not None and task.graded_by_harbor:
+            config = _harbor_resources(config, task.harbor)
+        return make_sandbox(self.backend, image, config, **self.backend_options)
 
     def _prepare(self, sandbox: Sandbox) -> None:
-        scrub_history(sandbox, REPO_ROOT)
+        scrub_history(sandbox, sandbox.config.workdir)
 
     def _acquire(self, image: str) -> Sandbox:
         """A started agent sandbox; its history is scrubbed when it is made (in the pool,
@@ -177,6 +184,12 @@ class SWEEnv(gym.Env[str, str]):
         self._release()
         self.task = self._choose_task(options.get("task"))
         self.sandbox = self._acquire(self.task.image)
+        if self.task.base_commit == BASE_AT_RESET:
+            try:
+                self.task = self._pin_base(self.task, self.sandbox)
+            except BaseException:
+                self._release()
+                raise
         self.state = EpisodeState(task_id=self.task.instance_id)
         self._t0 = time.monotonic()
         self._done = False
@@ -234,7 +247,7 @@ class SWEEnv(gym.Env[str, str]):
                 )
             workspace = Workspace(image=commit())
         else:
-            workspace = capture_workspace(self.sandbox, REPO_ROOT, self.task.base_commit)
+            workspace = capture_workspace(self.sandbox, self.task.workdir, self.task.base_commit)
         state = asdict(self.state) | {"elapsed": time.monotonic() - self._t0}
         rng = self._np_random.bit_generator.state if self._np_random is not None else None
         return EnvSnapshot(
@@ -251,6 +264,8 @@ class SWEEnv(gym.Env[str, str]):
         """Put a fresh sandbox of the snapshot's image into its state; return (last observation, info)."""
         snap = _as_snapshot(snapshot)
         task = self._by_id.get(snap.task_id) or Instance.from_dict(snap.task, where="snapshot task")
+        if task.base_commit == BASE_AT_RESET:  # pinned when the snapshotted episode started
+            task = dataclasses.replace(task, base_commit=snap.base_commit)
         if task.image != snap.image or task.base_commit != snap.base_commit:
             raise SnapshotError(
                 f"snapshot of task {snap.task_id} was taken on image {snap.image} at {snap.base_commit[:12]}, "
@@ -281,9 +296,9 @@ class SWEEnv(gym.Env[str, str]):
         pool = self.pool
         sandbox = pool.acquire(task.image, refill=False) if pool else self._new_sandbox(task.image).start()
         scrub = self.scrub_history and not pool  # a pool's sandboxes are scrubbed when made
-        prelude = f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {REPO_ROOT}" if scrub else ""
+        prelude = f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {shlex.quote(task.workdir)}" if scrub else ""
         try:
-            apply_workspace(sandbox, REPO_ROOT, task.base_commit, workspace, prelude=prelude)
+            apply_workspace(sandbox, task.workdir, task.base_commit, workspace, prelude=prelude)
         except BaseException:
             threading.Thread(target=sandbox.close, name="swerl-close", daemon=True).start()
             raise
@@ -291,6 +306,15 @@ class SWEEnv(gym.Env[str, str]):
             if pool:
                 pool.prewarm(task.image)  # refill once the apply is done
         return sandbox
+
+    @staticmethod
+    def _pin_base(task: Instance, sandbox: Sandbox) -> Instance:
+        """The task with its base commit pinned to the sandbox's HEAD, before the agent acts
+        (a Harbor task's starting state is a commit swerl made when it built the image)."""
+        r = sandbox.execute("git rev-parse HEAD", cwd=task.workdir, timeout=60)
+        if not r.ok:
+            raise InfraError(f"{task.image}: {task.workdir} is not a git repository: {r.output[-300:]}")
+        return dataclasses.replace(task, base_commit=r.output.strip())
 
     def wait_closed(self) -> None:
         """Wait until every sandbox this env handed off (at reset, restore, or the end of an
@@ -331,13 +355,13 @@ class SWEEnv(gym.Env[str, str]):
 
     def _run(self, call: ToolCall) -> tuple[str, bool]:
         """Run one tool call; return (observation, submitted)."""
-        assert self.sandbox is not None
+        assert self.sandbox is not None and self.task is not None
         if call.tool == "submit":
             return "Submitted.", True
         if call.tool == "editor":
-            return Editor(self.sandbox, REPO_ROOT).run(call.args), False
+            return Editor(self.sandbox, self.task.workdir).run(call.args), False
         command = under_interpreter(call.args["command"], self.interpreter)
-        r = self.sandbox.execute(command, cwd=REPO_ROOT, timeout=self.limits.command_timeout)
+        r = self.sandbox.execute(command, cwd=self.task.workdir, timeout=self.limits.command_timeout)
         output = r.output
         if output.lstrip().startswith(SUBMIT_MARKER) and r.returncode == 0:
             return output, True
@@ -359,7 +383,11 @@ class SWEEnv(gym.Env[str, str]):
             return "repeated_action"
         if lim.max_steps and st.steps >= lim.max_steps:
             return "max_steps"
-        if lim.max_seconds and time.monotonic() - self._t0 >= lim.max_seconds:
+        max_seconds = lim.max_seconds
+        agent_timeout = self.task.harbor.get("agent_timeout") if self.task is not None else None
+        if agent_timeout:  # a Harbor task's [agent].timeout_sec
+            max_seconds = min(max_seconds, agent_timeout) if max_seconds else agent_timeout
+        if max_seconds and time.monotonic() - self._t0 >= max_seconds:
             return "time_limit"
         return ""
 
@@ -367,7 +395,9 @@ class SWEEnv(gym.Env[str, str]):
         """The workspace as a patch against base_commit (what would be submitted)."""
         assert self.sandbox is not None and self.task is not None
         r = self.sandbox.execute(
-            f"git add -A && git diff --cached {self.task.base_commit}", cwd=REPO_ROOT, timeout=120
+            f"git add -A && git diff --cached --binary {self.task.base_commit}",
+            cwd=self.task.workdir,
+            timeout=120,
         )
         if r.returncode != 0:
             raise InfraError(f"cannot compute the patch in the sandbox: {r.output[-500:]}")
@@ -376,6 +406,16 @@ class SWEEnv(gym.Env[str, str]):
     def grade_current(self) -> tuple[str, GradeResult]:
         assert self.task is not None
         patch = self.current_patch()
+        if self.task.graded_by_harbor:
+            result = grade_harbor(
+                self.task,
+                patch,
+                sandbox=self.sandbox,
+                sandbox_factory=self._new_sandbox,
+                mode=self.grading,
+                retries=self.grade_retries,
+            )
+            return patch, result
         result = grade(
             self.task,
             patch,
@@ -432,6 +472,18 @@ class SWEEnv(gym.Env[str, str]):
             "backend": self.backend,
             **extra,
         }
+
+
+def _harbor_resources(config: SandboxConfig, spec: dict[str, Any]) -> SandboxConfig:
+    """A Harbor task's [environment] cpus and memory_mb; network only narrows (never opened by a task)."""
+    changes: dict[str, Any] = {}
+    if spec.get("cpus"):
+        changes["cpus"] = float(spec["cpus"])
+    if spec.get("memory_mb"):
+        changes["memory"] = f"{int(spec['memory_mb'])}m"
+    if spec.get("network_mode") == "no-network":
+        changes["network"] = False
+    return config.replace(**changes) if changes else config
 
 
 def _as_snapshot(snapshot: Any) -> EnvSnapshot:

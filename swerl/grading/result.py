@@ -57,9 +57,16 @@ class GradeResult:
     """The harness's ``git apply`` command that applied the patch, as run_instance logs it."""
     apply_output: str = ""
     """Each apply attempt's command and output."""
+    score: float | None = None
+    """A verifier's own reward (Harbor tasks), kept as written, partial credit included;
+    None: the status's 1.0 / 0.0."""
+    rewards: dict[str, float] = field(default_factory=dict)
+    """Every named reward the verifier wrote (Harbor's reward.json)."""
 
     @property
     def reward(self) -> float | None:
+        if self.score is not None and self.status is not GradeStatus.INFRA_ERROR:
+            return self.score
         return self.status.reward
 
     @property
@@ -85,4 +92,5 @@ class GradeResult:
             "mode": self.mode,
             "integrity": self.integrity.to_dict() if self.integrity else None,
             "apply_command": self.apply_command,
+            "rewards": self.rewards,
         }

@@ -14,8 +14,9 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from swerl.episode import Episode
-from swerl.errors import ConfigError, InfraError
+from swerl.errors import ConfigError, InexactTokens, InfraError
 from swerl.rollout.runner import RolloutRunner
+from swerl.trajectory import TokenTrajectory
 
 T = TypeVar("T")
 
@@ -68,3 +69,20 @@ def require_reward(episode: Episode) -> float:
             f"after {episode.retries} retries): {episode.error or episode.reason}"
         )
     return episode.reward
+
+
+def trainer_tokens(episode: Episode, tokenizer: Any = None, allow_inexact: bool = False) -> TokenTrajectory:
+    """``episode.to_tokens(tokenizer)``, refused unless exact: every adapter hands a trainer these.
+
+    An inexact layout (re-tokenized text, or a chat the server re-rendered) is not what
+    the model saw, so a policy-gradient step on it is silently wrong; a caller that
+    accepts that (e.g. no importance-sampling correction) says so with ``allow_inexact``.
+    """
+    traj = episode.to_tokens(tokenizer)
+    if not traj.exact and not allow_inexact:
+        raise InexactTokens(
+            f"episode {episode.task_id}#{episode.attempt} is not an exact token record "
+            f"({traj.inexact_reason}); sample in token mode (a server that takes token ids, e.g. vLLM) "
+            "or pass allow_inexact=True to train on the re-tokenized layout"
+        )
+    return traj

@@ -29,7 +29,14 @@ from skyrl_gym.envs.registration import register, registry
 
 from swerl.episode import Episode
 from swerl.errors import ConfigError, InfraError, PolicyError
-from swerl.integrations.common import make_action_format, on_loop, plain, require_reward, run_in_thread
+from swerl.integrations.common import (
+    make_action_format,
+    on_loop,
+    plain,
+    require_reward,
+    run_in_thread,
+    trainer_tokens,
+)
 from swerl.policies.model import Generation, ModelPolicy
 from swerl.rollout.actor import EnvActor
 from swerl.rollout.runner import RolloutRunner, ensure_ray
@@ -286,7 +293,7 @@ class SwerlGenerator(GeneratorInterface):
         episodes = [by_key[k] for k in work]
         self.last_episodes = episodes
         rewards = [require_reward(ep) for ep in episodes]
-        trajs = [ep.to_tokens(self.tokenizer) for ep in episodes]
+        trajs = [trainer_tokens(ep, self.tokenizer) for ep in episodes]  # exact, else refused
         logprobs = [t.logprobs for t in trajs]
         return {
             "prompt_token_ids": [t.prompt_ids for t in trajs],

@@ -3,7 +3,7 @@
 No model hub is needed: a byte-level BPE tokenizer is trained with ``tokenizers``
 on the bundled tasks' text, wrapped in ``PreTrainedTokenizerFast`` with a
 ChatML-style chat template (tools and tool messages included), and paired with
-a two-layer ``Qwen2ForCausalLM``. ``tiny_model()`` saves both once and returns
+a two-layer ``Qwen2ForCausalLM`` (head_dim 64, so vLLM's CPU attention serves it too). ``tiny_model()`` saves both once and returns
 the directory, which ``from_pretrained`` and ``transformers serve`` both load.
 """
 
@@ -24,11 +24,11 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-VERSION = "1"
+VERSION = "3"
 
 
 def default_dir() -> Path:
-    """Where the model is cached: ``$SWERL_TINY_MODEL``, else ``~/.cache/swerl/tiny-model-v1``."""
+    """Where the model is cached: ``$SWERL_TINY_MODEL``, else ``~/.cache/swerl/tiny-model-v3``."""
     env = os.environ.get("SWERL_TINY_MODEL")
     return Path(env) if env else Path.home() / ".cache" / "swerl" / f"tiny-model-v{VERSION}"
 
@@ -71,20 +71,21 @@ def build_model(tokenizer, seed: int = 0):
     torch.manual_seed(seed)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=128,  # head_dim 64: the smallest vLLM's CPU attention accepts
+        intermediate_size=256,
         num_hidden_layers=2,
-        num_attention_heads=4,
+        num_attention_heads=2,
         num_key_value_heads=2,
         max_position_embeddings=8192,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,  # vLLM's in-place weight reload skips a tied lm_head
     )
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.do_sample = True  # as real chat models ship: servers sample by default
     return model
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from swerl.episode import Episode
 from swerl.errors import ConfigError, InfraError
+from swerl.integrations.common import trainer_tokens
 from swerl.integrations.hf import HFGenerator
 from swerl.policies.model import ModelPolicy
 from swerl.rollout.runner import RolloutRunner
@@ -133,9 +134,10 @@ class SwerlRollout:
             self.runner.close()
 
 
-def rollout_batch(episodes: list[Episode]) -> dict[str, list[Any]]:
-    """The dict a TRL ``rollout_func`` returns, one entry per episode, from their exact token ids."""
-    trajs = [ep.to_tokens() for ep in episodes]
+def rollout_batch(episodes: list[Episode], allow_inexact: bool = False) -> dict[str, list[Any]]:
+    """The dict a TRL ``rollout_func`` returns, one entry per episode, from their exact token ids
+    (an inexact episode is refused unless ``allow_inexact``; see ``trainer_tokens``)."""
+    trajs = [trainer_tokens(ep, allow_inexact=allow_inexact) for ep in episodes]
     return {
         "prompt_ids": [t.prompt_ids for t in trajs],
         "completion_ids": [t.response_ids for t in trajs],

@@ -26,7 +26,14 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from swerl.errors import ConfigError, PolicyError
-from swerl.integrations.common import make_action_format, on_loop, plain, require_reward, run_in_thread
+from swerl.integrations.common import (
+    make_action_format,
+    on_loop,
+    plain,
+    require_reward,
+    run_in_thread,
+    trainer_tokens,
+)
 from swerl.policies.model import Generation, ModelPolicy
 from swerl.rollout.runner import RolloutRunner
 from swerl.tasks.instance import Instance, load_instances
@@ -156,7 +163,7 @@ class SwerlAgentLoop(AgentLoopBase):
         runner = RolloutRunner([self.tasks[task_id]], policy, run_id=run_id, **self.runner_kwargs)
         (ep,) = await run_in_thread(runner, close=True)
         reward = require_reward(ep)
-        t = ep.to_tokens()
+        t = trainer_tokens(ep)  # sampled through verl's own server: exact, else refused
         n = self.rollout_config.response_length
         grade_time = ep.timings.get("grade", 0.0)
         return AgentLoopOutput(

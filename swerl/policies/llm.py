@@ -1,15 +1,28 @@
-"""An LLM policy for any OpenAI-compatible chat endpoint (vLLM, SGLang, OpenAI, ``transformers serve``).
+"""An LLM policy for any OpenAI-compatible endpoint (vLLM, SGLang, OpenAI, ``transformers serve``).
 
 It runs inside the actor by default (an HTTP client next to the env). The API key
 is read from an environment variable of the process that runs it, on the driver
 or the actor; it is never sent into a sandbox (sandboxes get no host env).
 
-Tokens: it asks for them the way vLLM exposes them (``logprobs`` and the
-``return_token_ids`` extra, answered with ``prompt_token_ids`` on the response and
-``token_ids`` on the choice) and records them per step under the
-``swerl.episode.Sampled`` keys. A server that rejects the extra is asked again
-without it (and not asked again); a server that returns no ids leaves only the
-text, which ``Episode.to_tokens(tokenizer)`` re-tokenizes with ``exact=False``.
+Two modes, chosen once per policy object on its first request and recorded on
+every step (``Sampled.mode``):
+
+- ``tokens`` (token-in/token-out, the default wherever it works): the chat is kept
+  as ids (``ChatTokens`` with the model's tokenizer), each turn asks
+  ``/v1/completions`` to continue exactly those ids (``prompt`` = the id list,
+  ``return_token_ids``, ``logprobs=0``), and the sampled ids and their logprobs
+  are recorded as returned. What is recorded is by construction what the model
+  saw and produced (vLLM and SGLang serve this). The reply text is parsed into
+  an action by swerl (tool calls included: the chat template renders the tools).
+- ``chat``: messages to ``/v1/chat/completions``; the server re-renders earlier
+  replies from text each turn, so the record is usually not exact. Ids and
+  logprobs are kept when the server returns them (vLLM's ``return_token_ids``);
+  ``Episode.to_tokens(tokenizer)`` then lays the messages out with ``exact=False``
+  and the trainer adapters refuse it unless allowed.
+
+``mode="auto"`` uses tokens when the model's tokenizer loads here (``tokenizer``,
+else ``model`` as a path or name) and the server answers a token prompt with ids;
+otherwise chat, with a warning saying why.
 
 Failures of the server (down, slower than ``timeout``, an error status, an answer
 that is not a chat completion) raise ``PolicyError``, an infra error: the episode
@@ -19,13 +32,17 @@ is retried, never scored 0.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from swerl.chat_tokens import ChatTokens
 from swerl.env.actions import FORMAT_HELP, TOOLS
 from swerl.episode import Sampled
-from swerl.errors import ConfigError, PolicyError
+from swerl.errors import ConfigError, InfraError, PolicyError
 from swerl.policies.base import Decision
 from swerl.tasks.instance import Instance
 
@@ -35,6 +52,12 @@ Work step by step: inspect the code, make the fix, run the tests, then submit.
 TOOLS_PROMPT = """You are a software engineer fixing an issue in the repository at /testbed.
 Work step by step with the tools: inspect the code, make the fix, run the tests, then call submit."""
 ACTION_FORMATS = ("text", "tools")
+MODES = ("auto", "tokens", "chat")
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+log = logging.getLogger(__name__)
+_LOADING = threading.Lock()
+"""One tokenizer load at a time per process: envs of one actor start together, and importing
+transformers from two threads at once fails (a partly initialised module)."""
 
 
 @dataclass
@@ -43,6 +66,8 @@ class Conversation:
     seq: list[int] = field(default_factory=list)
     """The last prompt the server reported plus the completion it sampled."""
     tool_call_id: str | None = None
+    chat: ChatTokens | None = None
+    """Token mode: the conversation as ids, the next prompt while the model is to speak."""
 
 
 class LLMPolicy:
@@ -62,11 +87,29 @@ class LLMPolicy:
         action_format: str = "text",
         max_retries: int = 0,
         policy_version: int | None = None,
+        mode: str = "auto",
+        tokenizer: Any = None,
+        top_p: float = 1.0,
+        top_k: int | None = None,
+        max_context: int | None = None,
     ) -> None:
         if action_format not in ACTION_FORMATS:
             raise ConfigError(
                 f"LLMPolicy action_format must be one of {ACTION_FORMATS}, got {action_format!r}"
             )
+        if mode not in MODES:
+            raise ConfigError(f"LLMPolicy mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+        """auto, tokens or chat; after the first request, the mode that runs (tokens or chat)."""
+        self.tokenizer = tokenizer
+        """The model's tokenizer, or a path/name to load it from (default: ``model``)."""
+        self.top_p = top_p
+        self.top_k = top_k
+        self.max_context = max_context
+        """The server's context length (vLLM ``--max-model-len``): in token mode a turn asks for at
+        most the tokens that still fit, so a long episode gets shorter replies, not server errors."""
+        self._labels: bool | None = None
+        """Whether the server labels its weights (vLLM in dev mode); None until asked."""
         self.model = model
         self.base_url = base_url
         self.api_key_env = api_key_env
@@ -84,7 +127,10 @@ class LLMPolicy:
         self._client: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None}  # clients do not travel; keys stay in env vars
+        state = {**self.__dict__, "_client": None}  # clients do not travel; keys stay in env vars
+        if not isinstance(self.tokenizer, (str, type(None))):
+            state["tokenizer"] = getattr(self.tokenizer, "name_or_path", None)  # reloaded where it runs
+        return state
 
     def _chat(self) -> Any:
         if self._client is None:
@@ -102,6 +148,38 @@ class LLMPolicy:
 
     def start(self, task: Instance, attempt: int) -> Conversation:
         return Conversation([{"role": "system", "content": self.system_prompt}])
+
+    # ------------------------------------------------------------------ mode
+    def _load_tokenizer(self) -> Any:
+        """The model's tokenizer (loaded once), or the reason it cannot be had here."""
+        with _LOADING:
+            if self.tokenizer is not None and not isinstance(self.tokenizer, str):
+                return self.tokenizer
+            source = self.tokenizer or self.model
+            try:
+                from transformers import AutoTokenizer
+
+                self.tokenizer = AutoTokenizer.from_pretrained(source)
+            except Exception as e:  # not installed, not a path, no hub access: chat mode says why
+                return f"the tokenizer {source!r} cannot be loaded here ({type(e).__name__}: {str(e)[:120]})"
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            return f"the tokenizer {source!r} has no chat template"
+        return self.tokenizer
+
+    def _use_tokens(self, state: Conversation, observation: str) -> bool:
+        """Whether to try tokens (the server decides on the first request); builds the token chat."""
+        if self.mode == "chat":
+            return False
+        tok = self._load_tokenizer()
+        if isinstance(tok, str):
+            if self.mode == "tokens":
+                raise ConfigError(f"LLMPolicy mode='tokens': {tok}")
+            log.warning("LLMPolicy runs in chat mode (inexact token records): %s", tok)
+            self.mode = "chat"
+            return False
+        tools = TOOLS if self.action_format == "tools" else None
+        state.chat = ChatTokens(tok, [*state.messages, {"role": "user", "content": observation}], tools=tools)
+        return True
 
     def _request(self, messages: list[dict[str, Any]]) -> Any:
         import openai
@@ -137,6 +215,15 @@ class LLMPolicy:
                 raise PolicyError(f"the model server failed: {type(e).__name__}: {e}") from None
 
     def act(self, state: Conversation, observation: str) -> Decision:
+        if state.chat is not None:
+            return self._act_tokens(state, observation, first=False)  # type: ignore[return-value]
+        if len(state.messages) == 1 and self._use_tokens(state, observation):
+            decision = self._act_tokens(state, observation, first=True)
+            if decision is not None:
+                return decision
+        return self._act_chat(state, observation)
+
+    def _act_chat(self, state: Conversation, observation: str) -> Decision:
         first = len(state.messages) == 1
         if state.tool_call_id is not None:
             state.messages.append(
@@ -154,9 +241,11 @@ class LLMPolicy:
         state.messages.append(assistant)
         state.tool_call_id = assistant["tool_calls"][0]["id"] if assistant.get("tool_calls") else None
         turn = self._sampled(state, resp, choice)
+        turn.mode = "chat"
         if first:
             turn.prompt_messages = prompt_messages
             turn.observation_role = "tool" if self.action_format == "tools" else "user"
+            turn.tools = TOOLS if self.action_format == "tools" else None
         info = turn.to_info()
         if resp.usage:
             info["usage"] = {
@@ -165,6 +254,130 @@ class LLMPolicy:
             }
         return Decision(action, info)
 
+    # ------------------------------------------------------------ token mode
+    def _act_tokens(self, state: Conversation, observation: str, first: bool) -> Decision | None:
+        """One turn token-in/token-out; None if the server cannot (known on a first turn: then chat)."""
+        chat = state.chat
+        assert chat is not None
+        role = "tool" if self.action_format == "tools" else "user"
+        if first:  # the chat was built with the first observation
+            start, delta = 0, list(chat.ids)
+        else:
+            start = len(chat.ids)
+            delta = chat.add_messages([{"role": role, "content": observation}])
+        for _ in range(3):
+            before = self._weights_label()
+            resp = self._complete(chat.ids)
+            if resp is None:  # the server takes no token prompt / returns no ids: chat mode from now on
+                state.chat = None
+                return None
+            label = self._weights_label()
+            if label == before:
+                break  # else new weights were loaded meanwhile: sample this turn again, all with them
+        else:
+            raise PolicyError("the server's weights changed during each of 3 tries of one turn")
+        choice = resp.choices[0]
+        ids = [int(i) for i in _extra(choice, "token_ids")]
+        seen = _extra(choice, "prompt_token_ids")
+        if seen is not None and [int(i) for i in seen] != chat.ids:
+            raise PolicyError("the model server sampled from other prompt ids than it was sent")
+        turn = Sampled(ids, delta, start, finish_reason=choice.finish_reason, mode="tokens")
+        turn.policy_version = int(label) if label is not None and label.isdigit() else self.policy_version
+        lp = getattr(choice.logprobs, "token_logprobs", None) if choice.logprobs else None
+        if lp is not None and len(lp) == len(ids):
+            turn.logprobs = [float(x) for x in lp]
+        if start == 0:
+            turn.prompt_messages = [*state.messages, {"role": "user", "content": observation}]
+            turn.observation_role = role
+            turn.tools = chat.tools
+        chat.add_completion(ids)
+        text = chat.tokenizer.decode(ids, skip_special_tokens=True)
+        info = turn.to_info()
+        info["usage"] = {"prompt_tokens": len(chat.ids) - len(ids), "completion_tokens": len(ids)}
+        return Decision(self._token_action(text), info)
+
+    def _weights_label(self) -> str | None:
+        """The server's label of the weights it samples with (``push_weights`` sets it), if it has one."""
+        if self._labels is False or not self.base_url:
+            return None
+        from swerl.integrations.vllm import server_root, weight_version
+
+        try:
+            label = weight_version(server_root(self.base_url), timeout=self.timeout)
+        except LookupError:
+            self._labels = False
+            return None
+        except InfraError as e:
+            raise PolicyError(f"cannot reach the model server at {self.base_url}: {e}") from None
+        self._labels = True
+        return label
+
+    def push_weights(self, weights: Any, version: int, checkpoint_dir: str | None = None) -> float | None:
+        """Load new weights into the vLLM server this policy samples from, labelled ``version``
+        (``swerl.integrations.vllm.push_weights``); ``RolloutRunner.set_policy_version`` calls it."""
+        from swerl.integrations.vllm import push_weights
+
+        if not self.base_url:
+            raise ConfigError("LLMPolicy.push_weights needs the server's base_url")
+        return push_weights(self.base_url, weights, version, checkpoint_dir)
+
+    def _token_action(self, text: str) -> str:
+        if self.action_format != "tools":
+            return text
+        calls = _TOOL_CALL.findall(text)
+        return calls[0].strip() if len(calls) == 1 else text  # else the env says what is wrong
+
+    def _complete(self, prompt: list[int]) -> Any:
+        """``/v1/completions`` on token ids; None when the server cannot do it (decided on the first call)."""
+        import openai
+
+        max_tokens = self.max_tokens
+        if self.max_context is not None:
+            max_tokens = min(max_tokens, self.max_context - len(prompt))
+            if max_tokens < 1:
+                raise PolicyError(
+                    f"the conversation ({len(prompt)} tokens) fills the model's context ({self.max_context}); "
+                    "lower the env's max_steps or observation_chars, or serve a longer context"
+                )
+        extra: dict[str, Any] = {"return_token_ids": True}
+        if self.top_k is not None:
+            extra["top_k"] = self.top_k
+        try:
+            resp = self._chat().completions.create(
+                model=self.model,
+                prompt=prompt,
+                max_tokens=max_tokens,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                logprobs=0 if self.logprobs else None,
+                extra_body=extra,
+            )
+        except openai.APIStatusError as e:
+            if e.status_code not in (400, 404, 405, 422, 501):  # no such route, or the ids refused
+                raise PolicyError(f"the model server failed: {type(e).__name__}: {e}") from None
+            return self._no_tokens(f"the server refused a token-id prompt: {str(e)[:200]}")
+        except openai.APITimeoutError:
+            raise PolicyError(f"the model server did not answer within {self.timeout} s") from None
+        except openai.APIConnectionError as e:
+            raise PolicyError(f"cannot reach the model server at {self.base_url}: {e}") from None
+        except (openai.APIResponseValidationError, json.JSONDecodeError) as e:
+            raise PolicyError(f"the model server failed: {type(e).__name__}: {e}") from None
+        choices = getattr(resp, "choices", None)
+        if not choices:
+            raise PolicyError(f"the model server's answer has no choices: {str(resp)[:200]}")
+        if _extra(choices[0], "token_ids") is None:
+            return self._no_tokens("the server returned no sampled token ids (return_token_ids)")
+        self.mode = "tokens"
+        return resp
+
+    def _no_tokens(self, why: str) -> None:
+        if self.mode == "tokens":
+            raise PolicyError(f"LLMPolicy mode='tokens': {why}")
+        log.warning("LLMPolicy runs in chat mode (inexact token records): %s", why)
+        self.mode = "chat"
+        return None
+
+    # ------------------------------------------------------------- chat mode
     def _action(self, message: Any) -> tuple[str, dict[str, Any]]:
         """The action text for the env, and the assistant message to keep in the chat."""
         text = message.content or ""

@@ -38,12 +38,16 @@ class ScriptedPolicy:
 
 
 class GoldPolicy(ScriptedPolicy):
-    """Applies the task's gold patch through the editor, then submits."""
+    """Applies the task's gold patch through the editor (a Harbor task: runs its solve.sh), then submits."""
 
     def __init__(self, placement: str = "actor") -> None:
         self.placement = placement  # type: ignore[misc]
 
     def script(self, task: Instance, attempt: int) -> list[str]:
+        if task.graded_by_harbor:  # the oracle: solution/solve.sh, as Harbor's OracleAgent runs it
+            from swerl.grading.harbor import solution_command
+
+            return [actions.bash(solution_command(task)), actions.submit()]
         return [*patch_to_actions(task.patch), actions.submit()]
 
 

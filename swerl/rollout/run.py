@@ -49,7 +49,8 @@ class Interrupted(KeyboardInterrupt):
 
 
 def build_runner(cfg: RolloutConfig) -> RolloutRunner:
-    tasks = select(load_instances(cfg.tasks), cfg.task_ids) if cfg.task_ids else load_instances(cfg.tasks)
+    tasks = load_instances(cfg.tasks, kind=cfg.tasks_source)
+    tasks = select(tasks, cfg.task_ids) if cfg.task_ids else tasks
     policy = make_policy(cfg.policy.name, tasks, cfg.policy.placement, **cfg.policy.options)
     env_kwargs: dict[str, Any] = {
         "sandbox_config": SandboxConfig(**cfg.backend.sandbox.model_dump()),

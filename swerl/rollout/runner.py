@@ -162,12 +162,19 @@ class RolloutRunner:
         self._actor_where: dict[str, Any] = {}
         """actor id -> ref of its ``where()`` (its node), asked when it starts."""
 
-    def set_policy_version(self, version: int) -> None:
+    def set_policy_version(self, version: int, weights: Any = None) -> None:
         """The trainer updated the policy: episodes launched from now on carry ``version``.
 
         A policy with a ``policy_version`` attribute gets it too (an actor-placed
         one is shipped to the actors again, for the episodes launched next).
+        ``weights`` (a model or checkpoint directory) first go to the policy's server
+        (``policy.push_weights``, e.g. ``LLMPolicy`` on vLLM), before any new episode starts.
         """
+        if weights is not None:
+            push = getattr(self.policy, "push_weights", None)
+            if push is None:
+                raise ConfigError(f"{type(self.policy).__name__} cannot take new weights (no push_weights)")
+            push(weights, version)
         self.policy_version = version
         if hasattr(self.policy, "policy_version"):
             self.policy.policy_version = version

@@ -216,12 +216,15 @@ class ChannelSandbox:
     def close(self) -> None:
         """Release the sandbox. Idempotent; safe to call from finally blocks."""
         self._closed = True
-        if self._channel:
-            self._channel.quit()
-        self._close_transport()
-        if self._finalizer is not None:
-            self._finalizer()
-            self._finalizer = None
+        try:
+            if self._channel:
+                self._channel.quit()
+            self._close_transport()
+        finally:
+            # A transport that broke on the way out must not keep the sandbox alive.
+            if self._finalizer is not None:
+                finalizer, self._finalizer = self._finalizer, None
+                finalizer()
 
     def _close_transport(self) -> None:
         """Close what carries the channel (a socket, a websocket), if the backend has one."""

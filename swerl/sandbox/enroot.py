@@ -22,15 +22,15 @@ Lifecycle, all through the ``enroot`` CLI as subprocesses:
    (by the pid file each one keeps in the runtime directory).
 
 Isolation (``isolation: auto``: ``swerl`` as root, else ``enroot``): as root, swerl runs
-``enroot start`` inside its own pid, mount, uts, ipc and (``network: false``) network
-namespaces with a safe /proc, /sys and /dev, a cgroup with the memory/cpu/pids limits and
-the sandbox's lifetime (see ``enroot_jail.py``); everything the sandbox started dies with
-it. ``isolation: enroot`` (non-root) is Enroot's own: user and mount namespaces, host pids
-visible, no limits beyond rlimits and the Slurm job's cgroup, and the network isolated only
-with ``unshare --net`` (root) or accepted with ``network_isolation: none``. In both, the
-server runs under ``setpriv``: capabilities bounded to ``cap_add`` and ``no_new_privs``.
-``SandboxConfig.user`` must be root: Enroot maps one uid into a container, so there is no
-other user to switch to (a ConfigError says so). The enroot process itself gets a clean environment (PATH, HOME, USER,
+``enroot start`` (no user namespace) inside its own pid, mount, uts, ipc, cgroup and
+(``network: false``) network namespaces with a safe /proc, /sys and /dev, a cgroup with the
+memory/cpu/pids limits and the sandbox's lifetime, then enters the container to load Docker's
+default syscall filter and switch to ``SandboxConfig.user`` (see ``enroot_jail.py``);
+everything the sandbox started dies with it. ``isolation: enroot`` (non-root) is Enroot's
+own: user and mount namespaces, host pids visible, no syscall filter, root only, no limits
+beyond rlimits and the Slurm job's cgroup, and the network isolated only with ``unshare
+--net`` (root) or accepted with ``network_isolation: none``. In both, the server runs under
+``setpriv``: capabilities bounded to ``cap_add`` and ``no_new_privs``. The enroot process itself gets a clean environment (PATH, HOME, USER,
 LOGNAME, ENROOT_* site settings, swerl's ENROOT_*_PATH, ``enroot_env``): API keys in the host
 environment never reach a sandbox. swerl's directories (``$XDG_CACHE_HOME/swerl/enroot`` or
 ``~/.cache/swerl/enroot``, or ``root``/$SWERL_ENROOT_ROOT) are created mode 0700; a
@@ -70,6 +70,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from docker.utils import parse_bytes
+
 from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxError
 from swerl.sandbox.base import ChannelSandbox, SandboxConfig
 from swerl.sandbox.enroot_jail import (
@@ -80,7 +82,9 @@ from swerl.sandbox.enroot_jail import (
     limited_argv,
     make_limits,
     privilege_prefix,
+    write_etc,
 )
+from swerl.sandbox.seccomp import docker_default_bpf
 from swerl.sandbox.shell import ShellChannel, encode_env, server_command
 
 log = logging.getLogger(__name__)
@@ -342,6 +346,8 @@ def environment_block(config: SandboxConfig) -> bytes:
     Docker's defaults for PATH and HOME where still unset."""
     head = (
         'for v in $(compgen -e); do unset -v "$v" 2>/dev/null; done\n'
+        # bash gives itself an unexported PATH (ending in `.`) when it starts without one
+        "unset -v PATH HOME\n"
         "if [ -r /etc/environment ]; then\n"
         '  while IFS= read -r l || [ -n "$l" ]; do\n'
         '    case $l in [A-Za-z_]*=*) export "$l" ;; esac\n'
@@ -389,6 +395,10 @@ class _Container:
     log_path: Path | None = None
     pid_path: Path | None = None
     limits: Limits = field(default_factory=Limits)
+    bpf_path: Path | None = None
+    etc_dir: Path | None = None
+    syscall_filter: str = "none"
+    """``docker-default`` (Docker's default seccomp profile) or ``none``."""
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -414,9 +424,11 @@ class _Container:
             except SandboxError as e:
                 if "No such file or directory" not in str(e):  # reaped already
                     log.warning("cannot remove enroot container %s (reap it later): %s", self.name, e)
-        for path in (self.log_path, self.pid_path):
+        for path in (self.log_path, self.pid_path, self.bpf_path):
             if path:
                 path.unlink(missing_ok=True)
+        if self.etc_dir:
+            shutil.rmtree(self.etc_dir, ignore_errors=True)
 
     def stderr_tail(self) -> str:
         try:
@@ -449,6 +461,11 @@ class EnrootSandbox(ChannelSandbox):
         return dict(self._c.limits.applied) if self._c else {}
 
     @property
+    def syscall_filter(self) -> str:
+        """``docker-default`` (Docker's default seccomp profile, under ``isolation: swerl``) or ``none``."""
+        return self._c.syscall_filter if self._c else "none"
+
+    @property
     def memory_usage(self) -> int | None:
         """Bytes charged to the sandbox's memory cgroup (None without one)."""
         return self._c.limits.memory_usage() if self._c else None
@@ -461,10 +478,16 @@ class EnrootSandbox(ChannelSandbox):
         opts = self.options
         isolate_net = self._network_isolation()
         jail = self._jail()
-        self._check_user()
+        pyxis_limits = pyxis_limit_args(self.config) if opts.launcher == "pyxis" else None
+        self._check_user(jail)
         dirs = opts.dirs()
         _KNOWN_OPTIONS[(opts.binary, str(opts.root_dir), opts.data_dir)] = opts
         env = opts.process_env(dirs)
+        if jail:
+            # No user namespace: the jail's own namespaces, bounded capabilities and syscall filter
+            # isolate the sandbox as Docker's do, and setuid, su and chown are real (in a user
+            # namespace enroot's filter fakes them: they succeed and change nothing).
+            env["ENROOT_ALLOW_SUPERUSER"] = "y"
         if opts.launcher == "enroot" and shutil.which(opts.binary, path=env.get("PATH")) is None:
             # Checked here, not only when a command fails: a cached image needs no enroot call
             # before the start, and the start runs enroot under wrappers that hide a missing binary.
@@ -477,7 +500,9 @@ class EnrootSandbox(ChannelSandbox):
                 argv = self._enroot_argv(c, sqsh, dirs, jail, isolate_net)
                 penv = env
             else:
-                argv, penv = self._pyxis_argv(sqsh), self._pyxis_env(env)
+                assert pyxis_limits is not None
+                c.limits = Limits(applied=pyxis_limits[1])
+                argv, penv = self._pyxis_argv(sqsh, pyxis_limits[0]), self._pyxis_env(env)
                 c.what, c.grace = f"srun (job {os.environ['SLURM_JOB_ID']})", opts.cli_timeout
             self._launch(c, argv, penv, dirs)
         except BaseException:
@@ -498,13 +523,18 @@ class EnrootSandbox(ChannelSandbox):
             return False
         return True
 
-    def _check_user(self) -> None:
+    def _check_user(self, jail: bool) -> None:
         user = self.config.user or "root"
+        if jail:
+            if not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*(:[A-Za-z0-9_.][A-Za-z0-9_.-]*)?", user):
+                raise ConfigError(f"invalid user {user!r}: expected NAME, UID, NAME:GROUP or UID:GID")
+            return
         if user not in ROOT_USERS:
             raise ConfigError(
-                f"the enroot backend cannot run a sandbox as user {user!r}: Enroot maps only one uid into "
-                "a container (root, uid map `0 0 1`, or the calling user), so no other user exists there "
-                "to switch to. Use user: root (capabilities are still bounded to cap_add)"
+                f"the enroot backend cannot run a sandbox as user {user!r} without swerl's isolation "
+                "(isolation: swerl, as root): Enroot alone maps only one uid into a container (root, uid "
+                "map `0 0 1`, or the calling user), so no other user exists there to switch to. Use user: "
+                "root (capabilities are still bounded to cap_add)"
             )
 
     def _from_image(self) -> bool:
@@ -534,7 +564,11 @@ class EnrootSandbox(ChannelSandbox):
         """What enroot/srun runs in the container: privileges, then the environment, then the server."""
         n = len(environment_block(self.config))
         env_loader = ["bash", "-c", ENV_LOADER, "swerl-env", str(n)]
-        return [*privilege_prefix(self.config), *env_loader, *server_command(self.config)]
+        return [
+            *privilege_prefix(self.config, switch_user=self._jail()),
+            *env_loader,
+            *server_command(self.config),
+        ]
 
     def _enroot_argv(
         self, c: _Container, sqsh: Path, dirs: dict[str, Path], jail: bool, isolate_net: bool
@@ -551,18 +585,36 @@ class EnrootSandbox(ChannelSandbox):
             argv.append("--root")  # the server may then bound its capabilities itself
         for m in opts.mounts:
             argv += ["-m", m]
-        argv += [target, *self._inner()]
-        c.limits = make_limits(self.name, cfg)
+        argv.append(target)
         if jail:
+            prog = docker_default_bpf(tuple(cfg.cap_add))  # refuses (BackendUnavailable) without libseccomp
+            c.limits = make_limits(self.name, cfg)
             c.pid_path = dirs["runtime"] / f"{self.name}.jail"
-            return jail_argv(self.name, argv, network=not isolate_net, lifetime=cfg.lifetime, limits=c.limits)
+            c.bpf_path = dirs["runtime"] / f"{self.name}.bpf"
+            c.bpf_path.write_bytes(prog)
+            c.etc_dir = write_etc(dirs["runtime"] / f"{self.name}.etc", network=not isolate_net)
+            c.syscall_filter = "docker-default"
+            quiet = passwd_hooks(opts.binary, c.env)
+            return jail_argv(
+                self.name,
+                argv,
+                self._inner(),
+                network=not isolate_net,
+                lifetime=cfg.lifetime,
+                limits=c.limits,
+                bpf=c.bpf_path,
+                etc=c.etc_dir,
+                skip=quiet,
+            )
+        argv += self._inner()
+        c.limits = make_limits(self.name, cfg)
         if isolate_net:
             argv = ["unshare", "--net", "--", "sh", "-c", _LO_UP, "swerl-netns", *argv]
         if cfg.lifetime:
             argv = ["timeout", "-s", "KILL", str(int(cfg.lifetime)), *argv]
         return limited_argv(argv, c.limits)
 
-    def _pyxis_argv(self, sqsh: Path) -> list[str]:
+    def _pyxis_argv(self, sqsh: Path, limit_args: list[str]) -> list[str]:
         cfg, opts = self.config, self.options
         job = os.environ.get("SLURM_JOB_ID")
         if not job:
@@ -589,9 +641,14 @@ class EnrootSandbox(ChannelSandbox):
             f"--container-workdir={cfg.workdir or '/'}",
         ]
         argv.append("--container-remap-root")
+        argv += limit_args
         if opts.mounts:
             argv.append(f"--container-mounts={','.join(opts.mounts)}")
-        return [*argv, *opts.srun_args, *self._inner()]
+        # A pid namespace of the sandbox's own inside Pyxis's container (its user namespace has the
+        # capabilities): host processes are invisible, and when the server exits the kernel kills
+        # everything the sandbox started, even setsid/nohup ones.
+        pidns = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
+        return [*argv, *opts.srun_args, *pidns, *self._inner()]
 
     def _pyxis_env(self, env: dict[str, str]) -> dict[str, str]:
         """What srun needs and nothing else: no SLURM_* of this job (--jobid names it), no ENROOT_*
@@ -650,6 +707,82 @@ class EnrootSandbox(ChannelSandbox):
             return ""
         rc = c.proc.poll()
         return f" ({c.what} exited {rc}: {c.stderr_tail()})" if rc is not None else ""
+
+
+def passwd_hooks(binary: str, env: dict[str, str]) -> list[str]:
+    """Enroot's ``10-shadow.sh`` hooks (site and user config), which rewrite the image's
+    /etc/passwd and /etc/group (mode 0600, entries dropped) for a user namespace's mapped user.
+    Without a user namespace the jail mounts them non-executable, so Enroot skips them and the
+    image's files stay as in Docker."""
+    sysconf = env.get("ENROOT_SYSCONF_PATH", "")
+    if not sysconf:
+        path = shutil.which(binary, path=env.get("PATH"))
+        try:
+            text = Path(path).read_text(errors="replace") if path else ""
+        except OSError:
+            text = ""
+        m = re.search(r'config::export ENROOT_SYSCONF_PATH\s+"([^"]+)"', text)
+        sysconf = m.group(1) if m else "/etc/enroot"
+    xdg = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME", "/root"), ".config")
+    config = env.get("ENROOT_CONFIG_PATH") or os.path.join(xdg, "enroot")
+    hooks = [os.path.join(d, "hooks.d", "10-shadow.sh") for d in (sysconf, config)]
+    return [h for h in hooks if os.path.isfile(h)]
+
+
+def slurm_enforcement() -> dict[str, bool]:
+    """Whether this cluster's Slurm confines a step to its ``--mem`` and ``--cpus-per-task``
+    (TaskPlugin task/cgroup with ConstrainRAMSpace / ConstrainCores), from ``scontrol show config``."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "config"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    conf = {}
+    for line in out.splitlines():
+        key, eq, value = line.partition("=")
+        if eq:
+            conf[key.strip()] = value.strip()
+    cgroup = "task/cgroup" in conf.get("TaskPlugin", "")
+    yes = lambda key: conf.get(key, "").lower() == "yes"  # noqa: E731
+    return {"memory": cgroup and yes("ConstrainRAMSpace"), "cpus": cgroup and yes("ConstrainCores")}
+
+
+def pyxis_limit_args(config: SandboxConfig) -> tuple[list[str], dict[str, str]]:
+    """srun options for the sandbox's limits under Pyxis, and how each is enforced; a limit Slurm
+    would not enforce is a ConfigError (never a sandbox that silently runs unlimited)."""
+    memory = parse_bytes(config.memory) if config.memory else 0
+    enforced = slurm_enforcement() if (memory or config.cpus) else {}
+    args: list[str] = []
+    applied: dict[str, str] = {}
+    refused: list[str] = []
+    if memory and enforced["memory"]:
+        args.append(f"--mem={max(1, math.ceil(memory / 2**20))}M")
+        applied["memory"] = "slurm --mem (task/cgroup)"
+    elif memory:
+        refused.append(
+            "memory (srun --mem, enforced only with TaskPlugin=task/cgroup and ConstrainRAMSpace=yes)"
+        )
+    if config.cpus and enforced["cpus"]:
+        args.append(f"--cpus-per-task={max(1, math.ceil(config.cpus))}")
+        applied["cpus"] = "slurm --cpus-per-task, whole cpus (task/cgroup)"
+    elif config.cpus:
+        refused.append(
+            "cpus (srun --cpus-per-task, enforced only with TaskPlugin=task/cgroup and ConstrainCores=yes)"
+        )
+    if config.pids_limit:
+        refused.append("pids_limit (Slurm has no per-step process limit)")
+    if refused:
+        raise ConfigError(
+            "launcher: pyxis cannot enforce "
+            + "; ".join(refused)
+            + " on this cluster. Set those limits to 0 "
+            "in backend.sandbox to run without them (the Slurm job's own limits still apply), or use "
+            "launcher: enroot as root (a cgroup per sandbox)"
+        )
+    for what in ("memory", "cpus", "pids"):
+        applied.setdefault(what, "none (not asked)")
+    return args, applied
 
 
 def _writer(stdin: Any):

@@ -11,23 +11,23 @@ inside namespaces of its own and gives it safe ones to bind:
 - a pid namespace with its own ``/proc`` (host processes are invisible), whose
   pid 1 is a bash that reaps orphans; when it exits the kernel kills everything
   the sandbox started, however detached (``setsid``, ``nohup``);
-- ``/proc/sys``, ``/proc/sysrq-trigger``, ``/proc/irq``, ``/proc/bus``, ``/proc/fs``
-  read-only and ``/proc/kcore``, ``keys``, ``timer_list``, ``sched_debug`` masked
-  (Docker's list);
+- Docker's read-only and masked /proc and /sys paths;
 - a fresh read-only sysfs (of the sandbox's own network namespace, so only ``lo``)
-  and read-only cgroup mounts;
-- a ``/dev`` with only null, zero, full, random, urandom, tty, fuse (squashfuse
-  needs it), a private devpts, shm and mqueue: no host disks;
-- uts (hostname ``sandbox``) and ipc namespaces, and a network namespace with only
-  ``lo`` unless the sandbox may use the network.
+  with only the sandbox's own cgroups, read-only;
+- a ``/dev`` with only null, zero, full, random, urandom, tty, a private devpts, shm
+  and mqueue (and fuse for enroot's squashfuse, removed before the sandbox runs);
+- uts (hostname ``sandbox``), ipc and cgroup namespaces, a network namespace with only
+  ``lo`` unless the sandbox may use the network, and Docker's hosts, hostname and
+  resolv.conf where enroot binds the host's.
 
-These mounts are made by real root in namespaces owned by the host's user
-namespace, so inside enroot's user namespace they are locked: the sandbox can
-neither unmount them nor remount them writable, nor mount a new proc or sysfs.
-Capabilities are bounded to ``cap_add`` and ``no_new_privs`` is set by ``setpriv``
-inside the container (see ``privilege_prefix``). Limits: a cgroup per sandbox (memory, cpu, pids) where
-swerl may create one, else rlimits (address space; processes per uid for a
-non-root user), see ``Limits``.
+Enroot runs with ``ENROOT_ALLOW_SUPERUSER=y``: no user namespace, so uids are real (setuid,
+su and chown work, ``user`` is honoured) instead of faked by Enroot's own seccomp filter. What
+keeps the sandbox in, as in Docker, is then: capabilities bounded to ``cap_add`` and
+``no_new_privs`` (``setpriv`` in the container, see ``privilege_prefix``), and Docker's
+default syscall filter (``seccomp.py``), loaded by ``JOIN_SCRIPT`` after Enroot's setup (it
+needs mounts and namespaces) and before the sandbox's first command. Limits: a cgroup per
+sandbox (memory, cpu, pids) where swerl may create one, else rlimits (address space;
+processes per uid for a non-root user), see ``Limits``.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from docker.utils import parse_bytes
 
 from swerl.errors import ConfigError
 from swerl.sandbox.base import SandboxConfig
+from swerl.sandbox.seccomp import LOADER
 
 log = logging.getLogger(__name__)
 
@@ -64,24 +65,48 @@ def mount(src, dst, fstype="", flags=0, data=""):
 def read_only(path, flags=0):
     mount(path, path, flags=BIND)
     mount(path, path, flags=REMOUNT | BIND | RDONLY | flags)
-mark, net, life, *cmd = sys.argv[1:]
+def mask(path):  # Docker's masked paths: an empty read-only tmpfs on a directory, /dev/null on a file
+    if os.path.isdir(path):
+        mount("swerl-mask", path, "tmpfs", RDONLY | SAFE, "size=0,mode=555")
+    elif os.path.exists(path):
+        mount("/dev/null", path, flags=BIND)
+mark, net, life, etc, cgroups, skip, *cmd = sys.argv[1:]
+for hook in filter(None, skip.split(":")):  # enroot runs only executable hooks
+    mount(hook, hook, flags=BIND)
+    mount(hook, hook, flags=REMOUNT | BIND | RDONLY | SAFE)
 with open("/proc/sys/kernel/hostname", "w") as f:
     f.write("sandbox")
+# /etc files enroot binds into every container: swerl's instead of the host's
+for name in ("hosts", "hostname", "resolv.conf"):
+    if os.path.exists("/etc/" + name) and os.path.exists(os.path.join(etc, name)):
+        mount(os.path.join(etc, name), "/etc/" + name, flags=BIND)
+        mount("/etc/" + name, "/etc/" + name, flags=REMOUNT | BIND | RDONLY | SAFE)
 nodes = [n for n in ("null", "zero", "full", "random", "urandom", "tty", "fuse") if os.path.exists("/dev/" + n)]
 fds = {n: os.open("/dev/" + n, os.O_PATH) for n in nodes}
-# A /dev with only these nodes, which also stages the host's cgroup mounts while a fresh
-# sysfs (of this network namespace) replaces /sys: enroot's cgroups hook binds this
-# process's own cgroup from them.
-mount("swerl-dev", "/dev", "tmpfs", NOSUID | NOEXEC, "mode=755")
+mount("swerl-dev", "/dev", "tmpfs", NOSUID | NOEXEC | NODEV, "mode=755")
+# Only the sandbox's own cgroups (the host's tree would show every other container's), staged
+# in /dev while the host's sysfs, with every cgroup mount under it, is detached for a fresh
+# one (of this network namespace).
 os.mkdir("/dev/.cg")
-mount("/sys/fs/cgroup", "/dev/.cg", flags=BIND | REC)
-mount("sysfs", "/sys", "sysfs", RDONLY | SAFE)
-mount("/dev/.cg", "/sys/fs/cgroup", flags=MOVE)
+groups = [p.split("=", 1) for p in cgroups.split(":") if p]
+for ctrl, path in groups:
+    os.mkdir("/dev/.cg/" + ctrl)
+    mount(path, "/dev/.cg/" + ctrl, flags=BIND)
+if libc.umount2(b"/sys", 2):  # MNT_DETACH
+    sys.exit(f"swerl: cannot isolate the sandbox: umount /sys: {os.strerror(ctypes.get_errno())}")
+mount("sysfs", "/sys", "sysfs", SAFE)  # rw first: the host's sysfs (network: true) is busy read-only
+mount("/sys", "/sys", flags=REMOUNT | BIND | RDONLY | SAFE)
+for p in ("/sys/firmware", "/sys/devices/virtual/powercap"):
+    mask(p)
+if os.path.isdir("/sys/fs/cgroup"):
+    mount("swerl-cgroup", "/sys/fs/cgroup", "tmpfs", SAFE, "mode=755")
+    for ctrl, _ in groups:
+        os.mkdir("/sys/fs/cgroup/" + ctrl)
+        mount("/dev/.cg/" + ctrl, "/sys/fs/cgroup/" + ctrl, flags=MOVE)
+        mount("/sys/fs/cgroup/" + ctrl, "/sys/fs/cgroup/" + ctrl, flags=REMOUNT | BIND | RDONLY | SAFE)
+        os.rmdir("/dev/.cg/" + ctrl)
+    mount("/sys/fs/cgroup", "/sys/fs/cgroup", flags=REMOUNT | RDONLY | SAFE)
 os.rmdir("/dev/.cg")
-with open("/proc/self/mountinfo") as f:
-    cgroups = [line.split()[4] for line in f if line.split()[4].startswith("/sys/fs/cgroup")]
-for m in cgroups:
-    mount(m, m, flags=REMOUNT | BIND | RDONLY | SAFE)
 for n, fd in fds.items():
     open("/dev/" + n, "w").close()
     mount(f"/proc/self/fd/{fd}", "/dev/" + n, flags=BIND)
@@ -97,9 +122,8 @@ for link, target in (("fd", "/proc/self/fd"), ("ptmx", "pts/ptmx"), ("stdin", "/
 for p in ("sys", "sysrq-trigger", "irq", "bus", "fs"):
     if os.path.exists("/proc/" + p):
         read_only("/proc/" + p, SAFE)
-for p in ("kcore", "keys", "timer_list", "sched_debug"):
-    if os.path.exists("/proc/" + p):
-        mount("/dev/null", "/proc/" + p, flags=BIND)
+for p in ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "timer_stats", "acpi", "asound", "scsi"):
+    mask("/proc/" + p)
 if net == "1":  # bring up lo (SIOCGIFFLAGS, SIOCSIFFLAGS)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH", b"lo", 0)))[1]
@@ -108,7 +132,65 @@ if net == "1":  # bring up lo (SIOCGIFFLAGS, SIOCSIFFLAGS)
 os.execvp("bash", ["bash", "-c", 'timeout -s KILL "$1" "${@:2}"; exit $?', mark, life, *cmd])
 """
 """Pid 1 of the sandbox's namespaces (one Python process, no forks): the mounts above, the
-hostname, ``lo``, then exec of the init bash with the lifetime around ``enroot start``."""
+hostname, ``lo``, then exec of the init bash with the lifetime around the joiner."""
+
+ANCHOR = ["bash", "-c", 'echo "$$" && exec sleep 2147483647', "swerl-anchor"]
+"""What ``enroot start`` runs: it reports its pid and holds the container's namespaces."""
+
+JOIN_SCRIPT = (
+    r"""
+import ctypes, os, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def fail(msg):
+    sys.exit(f"swerl: cannot start the sandbox: {msg}")
+def check(rc, what):
+    if rc:
+        fail(f"{what}: {os.strerror(ctypes.get_errno())}")
+bpf_path, n = sys.argv[1], int(sys.argv[2])
+enroot, inner = sys.argv[3:3 + n], sys.argv[3 + n:]
+with open(bpf_path, "rb") as f:
+    prog = f.read()
+os.unlink(bpf_path)
+anchor = subprocess.Popen(enroot, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+line = anchor.stdout.readline()
+if not line.strip().isdigit():
+    fail(f"enroot start exited {anchor.wait()} before the container was up")
+pid = int(line)
+for ns, flag in (("user", 0x10000000), ("mnt", 0x00020000)):
+    if os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}"):
+        fd = os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY)
+        check(libc.setns(fd, flag), f"setns {ns}")
+        os.close(fd)
+if os.stat("/") != os.stat(f"/proc/{pid}/root"):
+    os.chroot(f"/proc/{pid}/root")
+os.chdir("/")
+# What Docker does not show: the fuse device enroot's squashfuse needed, the host's machine-id.
+if os.path.exists("/dev/fuse"):
+    libc.umount2(b"/dev/fuse", 2)  # MNT_DETACH
+    os.unlink("/dev/fuse")
+if os.path.ismount("/etc/machine-id"):
+    check(libc.umount2(b"/etc/machine-id", 2), "umount /etc/machine-id")
+# Enroot's tmpfs /tmp, /run and /run/lock (mode 755: only root could write there): the image's own
+# directories instead, on the writable layer, as in Docker.
+for path in ("/var/lock", "/run/lock", "/var/run", "/run", "/tmp"):
+    if os.path.ismount(path) and not os.path.islink(path):
+        check(libc.umount2(path.encode(), 2), "umount " + path)
+if os.path.ismount("/dev"):  # device nodes made in /dev stay inert, as in Docker (devices cgroup)
+    check(libc.mount(b"/dev", b"/dev", None, 32 | 4096 | 2 | 4 | 8, None), "remount /dev nodev")
+"""
+    + LOADER
+    + r"""
+try:
+    load_seccomp(prog)
+except OSError as e:
+    fail(e)
+os.execvp(inner[0], inner)
+"""
+)
+"""The sandbox's last host-side step, in the jail: start the container (``ANCHOR``), enter its
+mount namespace as real root, hide what Docker hides, load the syscall filter (Docker's
+default profile, compiled by libseccomp on the host), exec the sandbox's first command. The
+filter binds the sandbox and nothing of Enroot's setup, which needs mounts and namespaces."""
 
 ENTER_SCRIPT = r"""
 while [ "$1" != -- ]; do
@@ -289,9 +371,56 @@ def limited_argv(argv: list[str], limits: Limits) -> list[str]:
     return ["bash", "-c", ENTER_SCRIPT, "swerl-enter", *limits.enter_args(), "--", *argv]
 
 
-def jail_argv(name: str, argv: list[str], *, network: bool, lifetime: float, limits: Limits) -> list[str]:
-    """``argv`` (an ``enroot start``) inside swerl's namespaces, cgroups and lifetime."""
-    unshare = ["unshare", "--fork", "--kill-child", "--pid", "--mount-proc", "--uts", "--ipc"]
+def cgroup_spec(limits: Limits) -> str:
+    """``NAME=DIR:...`` for the jail: each sandbox cgroup and the name of its hierarchy's mount."""
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split()[:1] in (["cgroup"], ["cgroup2"]):
+                points.append(left.split()[4])
+    out = []
+    for d in limits.cgroups:
+        mount = max((p for p in points if str(d).startswith(p + "/")), key=len, default="")
+        if mount:
+            out.append(f"{os.path.basename(mount)}={d}")
+    return ":".join(out)
+
+
+def write_etc(directory: Path, network: bool) -> Path:
+    """The hosts, hostname and resolv.conf a Docker container gets, for the jail to bind over
+    the host's (which enroot would bind into the container)."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    hosts = (
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n"
+        "ff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
+    )
+    (directory / "hosts").write_text(hosts)
+    (directory / "hostname").write_text("sandbox\n")
+    try:  # Docker copies the host's resolver config, less loopback name servers
+        lines = Path("/etc/resolv.conf").read_text().splitlines()
+    except OSError:
+        lines = []
+    keep = [ln for ln in lines if not re.match(r"\s*nameserver\s+(127\.|::1\b)", ln)]
+    (directory / "resolv.conf").write_text("".join(f"{ln}\n" for ln in keep))
+    return directory
+
+
+def jail_argv(
+    name: str,
+    enroot: list[str],
+    inner: list[str],
+    *,
+    network: bool,
+    lifetime: float,
+    limits: Limits,
+    bpf: Path,
+    etc: Path,
+    skip: tuple[str, ...] | list[str] = (),
+) -> list[str]:
+    """``enroot`` (an ``enroot start`` of ``ANCHOR``) inside swerl's namespaces, cgroups and
+    lifetime, then ``inner`` in the container under the syscall filter ``bpf``."""
+    unshare = ["unshare", "--fork", "--kill-child", "--pid", "--mount-proc", "--uts", "--ipc", "--cgroup"]
     if not network:
         unshare.append("--net")
     life = str(max(1, int(lifetime))) if lifetime else "0"
@@ -305,7 +434,9 @@ def jail_argv(name: str, argv: list[str], *, network: bool, lifetime: float, lim
         "0" if network else "1",
         life,
     ]
-    return limited_argv([*unshare, "--", *jail, *argv], limits)
+    jail += [str(etc), cgroup_spec(limits), ":".join(skip)]
+    join = [sys.executable, "-I", "-S", "-c", JOIN_SCRIPT, str(bpf), str(len(enroot) + len(ANCHOR))]
+    return limited_argv([*unshare, "--", *jail, *join, *enroot, *ANCHOR, *inner], limits)
 
 
 _CAP = re.compile(r"(?:CAP_)?([A-Za-z_]+)\Z")
@@ -316,19 +447,40 @@ if ! command -v setpriv >/dev/null 2>&1; then
         "capabilities to cap_add" >&2
     exit 127
 fi
-exec setpriv --bounding-set "$1" --inh-caps -all --no-new-privs -- "${@:2}"
+caps=$1 user=$2
+shift 2
+ids=()
+if [ -n "$user" ]; then  # as Docker's --user: NAME|UID[:GROUP|GID], groups from the image's /etc/group
+    u=${user%%:*} g=
+    [ "$u" = "$user" ] || g=${user#*:}
+    if ! uid=$(id -u "$u" 2>/dev/null); then
+        case $u in *[!0-9]*) echo "swerl: no user $u in the image's /etc/passwd" >&2; exit 126 ;; esac
+        uid=$u
+    fi
+    if [ -z "$g" ]; then
+        g=$(id -g "$u" 2>/dev/null || echo 0)
+    elif ! [[ $g =~ ^[0-9]+$ ]]; then
+        g=$(getent group "$g" | cut -d: -f3)
+        [ -n "$g" ] || { echo "swerl: no group ${user#*:} in the image's /etc/group" >&2; exit 126; }
+    fi
+    ids=(--reuid "$uid" --regid "$g" --clear-groups)
+    id "$u" >/dev/null 2>&1 && ids[4]=--init-groups  # the user's groups in the image
+fi
+exec setpriv --bounding-set "$caps" --inh-caps -all --no-new-privs "${ids[@]}" -- "$@"
 """
 
 ROOT_USERS = ("", "root", "0", "0:0", "root:root")
 
 
-def privilege_prefix(config: SandboxConfig) -> list[str]:
-    """argv prefix run inside the container: capabilities bounded to ``cap_add`` and
-    ``no_new_privs`` set (as Docker's ``cap_drop=ALL``, ``cap_add``, ``no-new-privileges``)."""
+def privilege_prefix(config: SandboxConfig, *, switch_user: bool = False) -> list[str]:
+    """argv prefix run inside the container: capabilities bounded to ``cap_add``, ``no_new_privs``
+    set (as Docker's ``cap_drop=ALL``, ``cap_add``, ``no-new-privileges``) and, with
+    ``switch_user`` (no user namespace: real uids), the uid, gid and groups of ``config.user``."""
     caps = []
     for cap in config.cap_add:
         m = _CAP.match(cap.strip())
         if not m:
             raise ConfigError(f"invalid capability in cap_add: {cap!r}")
         caps.append("+all" if m.group(1).upper() == "ALL" else f"+{m.group(1).lower()}")
-    return ["bash", "-c", PRIVILEGE_SCRIPT, "swerl-priv", ",".join(["-all", *caps])]
+    user = config.user if switch_user and config.user not in ROOT_USERS else ""
+    return ["bash", "-c", PRIVILEGE_SCRIPT, "swerl-priv", ",".join(["-all", *caps]), user]

@@ -12,8 +12,11 @@ Auth: in a pod (a Ray worker on KubeRay) the service account token is used
 
 Kubernetes has no per-pod pids limit in the pod spec: it is the kubelet's
 ``podPidsLimit``. The requested limit is recorded in the ``swerl.io/pids-limit``
-annotation. Network isolation is a NetworkPolicy (``swerl.cluster.kuberay``
-renders one) selecting ``swerl.owner=swerl`` pods without ``swerl.network=allowed``.
+annotation. Network: every pod has its cluster's pod network (an ``eth0``), and the
+pod spec has no way to opt out; swerl labels a sandbox without network
+``swerl.network=none`` and ``swerl.cluster.kuberay`` renders a NetworkPolicy denying
+such pods all ingress and egress, which holds only where the CNI enforces
+NetworkPolicy (swerl cannot see whether it does).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ RBAC_RULES: tuple[dict[str, Any], ...] = (
 )
 """Exactly what this backend asks the API server for; the KubeRay Role grants this."""
 
+DEFAULT_CPU_REQUEST = "250m"
+DEFAULT_MEMORY_REQUEST = "512Mi"
 IMAGE_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 FATAL_WAITING = {
     "CreateContainerConfigError",
@@ -82,9 +87,11 @@ class KubernetesConfig:
     service_account: str | None = None
     """The sandbox pod's own service account (its token is never mounted)."""
     image_pull_secrets: tuple[str, ...] = ()
-    cpu_request: str | None = None
-    memory_request: str | None = None
-    """Requests default to the limits (Guaranteed QoS); lower them to pack more pods."""
+    cpu_request: str | None = DEFAULT_CPU_REQUEST
+    memory_request: str | None = DEFAULT_MEMORY_REQUEST
+    """What the scheduler reserves per pod, capped at the limits (None: the limits, i.e.
+    Guaranteed QoS). The defaults are below the limits so several sandboxes share a node:
+    an agent's sandbox idles most of the time; its limits still cap a burst."""
     unschedulable_grace: float = 0.0
     """Seconds an Unschedulable pod may wait (e.g. for a cluster autoscaler)."""
     request_timeout: float = 30.0
@@ -131,6 +138,20 @@ def cpu_quantity(cpus: float) -> str:
     return f"{max(1, round(cpus * 1000))}m"
 
 
+def _at_most(request: str | None, limit: str) -> str:
+    """The request, or the limit when there is none or it is lower (a request above its
+    limit is invalid, and a small sandbox should not reserve more than it may use)."""
+    if request is None:
+        return limit
+    from kubernetes.utils import parse_quantity
+
+    try:
+        lower = parse_quantity(str(request)) < parse_quantity(limit)
+    except ValueError as e:
+        raise ConfigError(f"cannot read the resource request {request!r}: {e}") from e
+    return str(request) if lower else limit
+
+
 def _run_as(user: str) -> dict[str, int]:
     """Kubernetes exec has no user option and runAsUser is numeric: map the config's user."""
     if user in ("root", "0", "0:0", ""):
@@ -153,8 +174,8 @@ def pod_manifest(image: str, config: SandboxConfig, kube: KubernetesConfig, name
     labels[NETWORK_LABEL] = "allowed" if config.network else "none"
     limits = {"cpu": cpu_quantity(config.cpus), "memory": memory_quantity(config.memory)}
     requests = {
-        "cpu": kube.cpu_request or limits["cpu"],
-        "memory": kube.memory_request or limits["memory"],
+        "cpu": _at_most(kube.cpu_request, limits["cpu"]),
+        "memory": _at_most(kube.memory_request, limits["memory"]),
     }
     lifetime = max(1, int(config.lifetime))
     spec: dict[str, Any] = {
@@ -311,52 +332,85 @@ def _ready(pod: Any) -> bool:
 
 
 class _WSStream:
-    """recv/send/set_timeout over a binary-mode WSClient: stdout bytes only, undecoded."""
+    """recv/send/set_timeout over the exec websocket: stdout bytes only, undecoded.
+
+    Frames are read with websocket-client's own blocking ``recv_data_frame`` under a
+    socket timeout, not through ``WSClient.update()``: that polls the raw TCP socket,
+    and frames TLS has already decrypted and buffered (``SSLSocket.pending()``) never
+    wake it, so a reply larger than a TLS record could hang until the timeout. Every
+    transport failure comes out as an ``OSError`` (the channel turns it into a
+    ``SandboxError``), never as a websocket-client exception.
+    """
 
     def __init__(self, ws: Any) -> None:
         self.ws = ws
         self.timeout: float | None = None
         self.stderr = bytearray()
+        self._status = bytearray()
+        self._open = True
 
     def send(self, data: bytes) -> None:
-        if not self.ws.is_open():
+        import websocket
+
+        if not self._open:
             raise OSError("the exec websocket is closed")
-        for i in range(0, max(len(data), 1), 1 << 20):
-            self.ws.write_stdin(data[i : i + (1 << 20)])
+        try:
+            for i in range(0, max(len(data), 1), 1 << 20):
+                self.ws.write_stdin(data[i : i + (1 << 20)])
+        except websocket.WebSocketException as e:
+            self._open = False
+            raise OSError(f"exec websocket: {type(e).__name__}: {e}") from e
 
     def set_timeout(self, timeout: float | None) -> None:
         self.timeout = timeout
 
     def recv(self) -> bytes:
+        import websocket
+
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        while True:
-            out = self.ws.read_channel(1)
-            if out:
-                return out
-            err = self.ws.read_channel(2)
-            if err:
-                self.stderr += err
-                del self.stderr[:-65536]
-            if not self.ws.is_open():
-                return b""
+        sock = self.ws.sock
+        while self._open:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError("timed out waiting for the command server")
             try:
-                self.ws.update(timeout=left)
-            except Exception as e:  # websocket-client's own exceptions
-                raise OSError(f"exec websocket: {e}") from e
+                sock.settimeout(left)
+                opcode, frame = sock.recv_data_frame(True)
+            except websocket.WebSocketTimeoutException as e:
+                raise TimeoutError("timed out waiting for the command server") from e
+            except websocket.WebSocketConnectionClosedException:
+                self._open = False
+                break
+            except (websocket.WebSocketException, OSError, ValueError) as e:
+                self._open = False
+                raise OSError(f"exec websocket: {type(e).__name__}: {e}") from e
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                self._open = False
+                break
+            if opcode not in (websocket.ABNF.OPCODE_BINARY, websocket.ABNF.OPCODE_TEXT):
+                continue  # ping/pong: websocket-client already answered a ping
+            data = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
+            if len(data) < 2:
+                continue
+            channel, payload = data[0], data[1:]
+            if channel == 1:
+                return payload
+            if channel == 2:
+                self.stderr += payload
+                del self.stderr[:-65536]
+            elif channel == 3:
+                self._status += payload
+        return b""
 
     def status(self) -> str:
-        try:
-            return self.ws.read_channel(3).decode(errors="replace").strip()
-        except Exception:
-            return ""
+        """What the API server said on the error channel (set when the exec ended)."""
+        return self._status.decode(errors="replace").strip()
 
     def close(self) -> None:
+        self._open = False
         try:
             self.ws.close()
-        except Exception:
+        except Exception:  # closing a broken websocket: nothing left to release
             pass
 
 
@@ -410,12 +464,15 @@ class KubernetesSandbox(ChannelSandbox):
             raise
         return self
 
-    def _read_pod(self) -> Any:
+    def _read_pod(self, missing_ok: bool = False) -> Any:
+        """The pod; with ``missing_ok``, None when it no longer exists."""
         try:
             return self._api.read_namespaced_pod(
                 self.name, self.namespace, _request_timeout=self.kube.request_timeout
             )
         except _api_errors() as e:
+            if missing_ok and getattr(e, "status", None) == 404:
+                return None
             raise _api_error(f"read pod {self.name}", e) from e
 
     def _wait_running(self) -> None:
@@ -481,11 +538,17 @@ class KubernetesSandbox(ChannelSandbox):
         if self._stream is not None and (status := self._stream.status()):
             bits.append(f"exec status {status[:300]}")
         try:
-            pod = self._read_pod()
-            problem = pod_problem(pod)
-            bits.append(str(problem) if problem else f"pod phase {pod.status.phase}")
+            pod = self._read_pod(missing_ok=True)
         except SandboxError as e:
             bits.append(str(e)[:300])
+        else:
+            if pod is None:
+                bits.append(f"pod {self.name} no longer exists: deleted (reaped, or evicted through the API)")
+            elif problem := pod_problem(pod):
+                bits.append(str(problem))
+            else:
+                gone = " and is being deleted" if pod.metadata.deletion_timestamp else ""
+                bits.append(f"pod phase {pod.status.phase}{gone}")
         return f" ({'; '.join(bits)})" if bits else ""
 
 

@@ -48,7 +48,10 @@ small=$((cap < 65536 ? cap : 65536))
 d=$(mktemp -d /tmp/.swerl.XXXXXXXX) || exit 90
 mkfifo "$d/ctl" "$d/verdict" || exit 91
 exec 3<>"$d/verdict" 4<>"$d/ctl"
-exec 2>>"$d/server.err"
+# The server's own diagnostics go to a file, but the channel's stderr stays open on fd 5
+# for the server's life: a runtime may end the whole channel when the process closes its
+# stderr (containerd's CRI closes an exec's stdin as soon as its stdout or stderr closes).
+exec 5>&2 2>>"$d/server.err"
 trap 'rm -rf -- "$d"' EXIT
 set -m
 err="$d/err"
@@ -83,7 +86,7 @@ err="$d/err"
             fi
         done
     done
-) <"$d/ctl" >/dev/null 4>&- &  # read-only: end of file once the server is gone
+) <"$d/ctl" >/dev/null 4>&- 5>&- &  # read-only: end of file once the server is gone
 reply() {  # rc timed_out file
     # Small outputs are read and sent by bash builtins (NUL-delimited chunks),
     # which saves two fork+execs per command; large ones, and ones with many NUL
@@ -149,7 +152,7 @@ while IFS=' ' read -r op id a b c e; do
             [ "$fsize" -gt 0 ] && ulimit -f "$((fsize / 1024))"
             # Under memory pressure the kernel kills the command, not the server.
             echo 1000 2>/dev/null >/proc/self/oom_score_adj
-            exec bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&- 4>&-
+            exec bash -c "$cmd" >"$out" 2>&1 </dev/null 3>&- 4>&- 5>&-
         ) &
         pid=$!
         limit=0

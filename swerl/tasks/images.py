@@ -266,6 +266,20 @@ def build_task_images(
     return built
 
 
+def build_images(
+    instances: list, client: object | None = None, force: bool = False, bundles: list[Path] | None = None
+) -> dict[str, str]:
+    """Every task's image, whatever its source: Harbor tasks from their folders
+    (``swerl.tasks.harbor_image``), the others from the suite's git bundles; instance_id -> image."""
+    from swerl.tasks.harbor_image import build_harbor_image
+
+    harbor = [i for i in instances if i.graded_by_harbor]
+    built = build_task_images([i for i in instances if not i.graded_by_harbor], client, force, bundles)
+    for inst in harbor:
+        built[inst.instance_id] = build_harbor_image(inst, client, force)
+    return built
+
+
 def _recipe_of(client: object, name: str) -> str | None:
     import docker.errors
 

@@ -22,6 +22,7 @@ SUITES_DIR = suites_dir()
 """The bundled suites: the checkout's ``envs/``, or the installed wheel's copy (``swerl.resources``)."""
 REQUIRED = ("instance_id", "repo", "base_commit")
 TEST_LISTS = ("FAIL_TO_PASS", "PASS_TO_PASS")
+HARNESSES = ("swebench", "harbor")
 
 
 @dataclass
@@ -44,16 +45,31 @@ class Instance:
     eval_script: str = ""
     log_parser: str = "parse_log_pytest"
     eval_type: str = "pass_and_fail"
+    workdir: str = "/testbed"
+    """Where the repository (the agent's workspace) is in the image."""
+    harness: str = "swebench"
+    """How a patch is graded: ``swebench`` (eval_script + log parser) or ``harbor`` (tests/test.sh
+    writes a reward; see swerl.grading.harbor)."""
+    harbor: dict[str, Any] = field(default_factory=dict)
+    """Harbor tasks only: the task folder and its task.toml settings (swerl.tasks.sources.harbor)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields this class does not know (e.g. ``image_assets``), kept so nothing is lost."""
 
     def __post_init__(self) -> None:
         for name in TEST_LISTS:
             setattr(self, name, _test_list(getattr(self, name), name))
+        if self.harness not in HARNESSES:
+            raise ConfigError(f"field 'harness' must be one of {', '.join(HARNESSES)}, got {self.harness!r}")
+        if not isinstance(self.harbor, dict):
+            raise ConfigError("field 'harbor' must be an object")
         if not self.image:
             from swerl.tasks.images import task_image_name
 
             self.image = task_image_name(self.instance_id)
+
+    @property
+    def graded_by_harbor(self) -> bool:
+        return self.harness == "harbor"
 
     @classmethod
     def from_dict(cls, record: dict[str, Any], where: str = "<dict>") -> Instance:
@@ -74,7 +90,7 @@ class Instance:
             else:
                 extra[key] = value
         for key, value in kwargs.items():
-            if key not in TEST_LISTS and not isinstance(value, str):
+            if key not in (*TEST_LISTS, "harbor") and not isinstance(value, str):
                 raise ConfigError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
         try:
             return cls(**kwargs, extra=extra)
@@ -86,12 +102,20 @@ class Instance:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         out["FAIL_TO_PASS"] = list(self.FAIL_TO_PASS)
         out["PASS_TO_PASS"] = list(self.PASS_TO_PASS)
+        if self.harness == "swebench":  # SWE-bench's own shape: nothing swerl-only when it is the default
+            for name, default in (("workdir", "/testbed"), ("harness", "swebench"), ("harbor", {})):
+                if out[name] == default:
+                    del out[name]
         return {**out, **self.extra}
 
     def test_spec(self) -> Any:
         """swebench's own TestSpec for this record (``make_test_spec``, not a copy of it)."""
         from swebench.harness.utils import make_test_spec
 
+        if self.graded_by_harbor:
+            raise ConfigError(
+                f"instance {self.instance_id}: a Harbor task is graded by its tests/test.sh, not a TestSpec"
+            )
         if not self.image or not self.eval_script:
             raise ConfigError(f"instance {self.instance_id}: needs 'image' and 'eval_script' to be graded")
         return make_test_spec(self.to_dict())
@@ -110,70 +134,15 @@ def _test_list(value: Any, name: str) -> list[str]:
     return list(value)
 
 
-def load_instances(source: str | Path, split: str = "test") -> list[Instance]:
-    """Load instances from a .json/.jsonl file, a bundled suite, or a `datasets` dataset.
+def load_instances(source: str | Path, split: str = "test", kind: str | None = None) -> list[Instance]:
+    """Load tasks from any source (see :func:`swerl.tasks.sources.load_tasks`); kept for callers."""
+    from swerl.tasks.sources import load_tasks
 
-    ``source`` is tried in that order: an existing file, a suite name under
-    ``envs/`` (``"swerl-mini"``), a local dataset directory or a Hugging Face name.
-    """
-    path = Path(source)
-    if path.is_file():
-        return _load_file(path)
-    suite = SUITES_DIR / str(source) / "tasks.jsonl"
-    if "/" not in str(source) and suite.is_file():
-        return _load_file(suite)
-    if path.suffix in (".json", ".jsonl"):
-        raise ConfigError(f"{path}: no such file")
-    if not path.is_dir() and "/" not in str(source):  # Hub names are owner/name; don't ask the network
-        raise ConfigError(
-            f"{source!r} is not a file, a dataset directory, a Hugging Face name (owner/name) "
-            f"or a bundled suite ({', '.join(bundled_suites()) or 'none'})"
-        )
-    return _load_dataset(str(source), split)
+    return load_tasks(source, kind=kind, split=split)
 
 
-def _load_file(path: Path) -> list[Instance]:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        out = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{path}:{lineno}: bad JSON: {e.msg} (column {e.colno})") from None
-            out.append(Instance.from_dict(record, f"{path}:{lineno}"))
-        return _unique(out, str(path))
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}:{e.lineno}: bad JSON: {e.msg} (column {e.colno})") from None
-    records = data if isinstance(data, list) else [data]
-    return _unique([Instance.from_dict(r, f"{path}[{i}]") for i, r in enumerate(records)], str(path))
-
-
-def _load_dataset(name: str, split: str) -> list[Instance]:
-    try:
-        import datasets
-    except ImportError:
-        raise ConfigError(
-            f"{name!r} is not a file or a bundled suite ({', '.join(bundled_suites()) or 'none'}); "
-            "loading a Hugging Face dataset needs `pip install datasets`"
-        ) from None
-    try:
-        if Path(name).is_dir():
-            ds = datasets.load_from_disk(name)
-            if isinstance(ds, datasets.DatasetDict):
-                ds = ds[split]
-        else:
-            ds = datasets.load_dataset(name, split=split)
-    except Exception as e:
-        raise ConfigError(f"cannot load dataset {name!r} (split {split!r}): {e}") from e
-    return _unique([Instance.from_dict(dict(r), f"{name}[{i}]") for i, r in enumerate(ds)], name)
-
-
-def _unique(instances: list[Instance], where: str) -> list[Instance]:
+def unique(instances: list[Instance], where: str) -> list[Instance]:
+    """``instances`` unchanged, or ConfigError naming the first duplicate id."""
     seen: set[str] = set()
     for inst in instances:
         if inst.instance_id in seen:

@@ -6,6 +6,7 @@ out wrong rewards, so a suite is validated before training on it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,7 +41,28 @@ def _no_patch_status(inst: Instance, factory: SandboxFactory, timeout: float) ->
     return judge(inst, "", ev.log)[0].value
 
 
+def validate_harbor(inst: Instance, factory: SandboxFactory) -> ValidationRow:
+    """Harbor's oracle: solution/solve.sh earns the full reward (graded in its own sandbox and, as
+    SWEEnv grades by default, strict: its workdir change in a fresh one); nothing done does not."""
+    from swerl.grading.harbor import oracle
+
+    t = time.monotonic()
+    official, strict, empty = oracle(inst, factory)
+    gold = official.status.value
+    if official.resolved and not strict.resolved:
+        gold = f"{strict.status.value} (strict)"
+    rewards = f"rewards: solution {official.reward}, strict {strict.reward}, empty {empty.reward}"
+    errors = "; ".join(e.splitlines()[0] for e in (official.error, strict.error, empty.error) if e)
+    if official.resolved and not strict.resolved:
+        errors = "the solution's effect lives outside the workdir: grade this task with grading='official'"
+    return ValidationRow(
+        inst.instance_id, gold, empty.status.value, time.monotonic() - t, f"{rewards}; {errors}".rstrip("; ")
+    )
+
+
 def validate_one(inst: Instance, factory: SandboxFactory, timeout: float = 600.0) -> ValidationRow:
+    if inst.graded_by_harbor:
+        return validate_harbor(inst, factory)
     g = grade(inst, inst.patch, sandbox_factory=factory, timeout=timeout)
     detail = g.error or (f"failing: {', '.join(g.failed_tests)}" if g.failed_tests else "")
     return ValidationRow(
@@ -75,7 +97,7 @@ def count_mismatches(rows: list[ValidationRow]) -> int:
 def format_table(rows: list[ValidationRow]) -> str:
     header = ["instance_id", "gold", "no patch", "s", "ok", "detail"]
     cells = [header] + [
-        [r.instance_id, r.gold, r.no_patch, f"{r.seconds:.2f}", "ok" if r.ok else "MISMATCH", r.detail[:60]]
+        [r.instance_id, r.gold, r.no_patch, f"{r.seconds:.2f}", "ok" if r.ok else "MISMATCH", r.detail[:160]]
         for r in rows
     ]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]

@@ -1,0 +1,2 @@
+#!/bin/bash
+printf '2\n3\n5\n' > /app/primes.txt
