@@ -62,6 +62,7 @@ def test_a_syntax_error_gives_no_mutants():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~3 min on an idle 2-core box; a busy one takes several times that
 def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path, docker_client, monkeypatch):
     """inflection's sdist (injection) and textkit's history (mining): a suite whose gold resolves
     and whose empty patch does not, in swerl and in swebench's run_instance."""
@@ -73,7 +74,7 @@ def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path,
     out = tmp_path / "suite"
     report = synthesize(
         ["pypi:inflection==0.5.1", str(SUITES / "repos" / "swerl__textkit.bundle")],
-        out, max_candidates=3, per_function=1, workers=2, workdir=tmp_path / "work",
+        out, max_candidates=2, per_function=1, workers=2, workdir=tmp_path / "work",
     )  # fmt: skip
     insts = load_instances(out / "tasks.jsonl")
     images = {i.image for i in insts}
@@ -105,9 +106,10 @@ def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path,
             .split()
         )
         assert log == [injected.base_commit]
-        for inst in (injected, next(i for i in insts if i.extra["synth"]["method"] == "mine")):
-            ours = grade(inst, inst.patch, sandbox_factory=docker_factory(300)).status.value
-            assert ours == official_grade(inst, inst.patch, docker_client, run_id) == "resolved"
+        mined = next(i for i in insts if i.extra["synth"]["method"] == "mine")
+        assert grade(mined, mined.patch, sandbox_factory=docker_factory(300)).status.value == "resolved"
+        ours = grade(injected, injected.patch, sandbox_factory=docker_factory(300)).status.value
+        assert ours == official_grade(injected, injected.patch, docker_client, run_id) == "resolved"
         # empty: swerl and the harness both unresolved (the harness cannot grade an empty patch: a no-op one)
         noop = "diff --git a/SYNTH_NOTE b/SYNTH_NOTE\nnew file mode 100644\n--- /dev/null\n+++ b/SYNTH_NOTE\n@@ -0,0 +1 @@\n+x\n"
         ours = grade(injected, noop, sandbox_factory=docker_factory(300)).status.value

@@ -72,13 +72,13 @@ def _statuses(sb: object, command: str, timeout: float) -> tuple[dict[str, str],
 
 def mine(
     repo: Repo, image: str, test_command: str, timeout: float = 300.0, limit: int | None = None
-) -> list[Candidate]:
-    """Mined candidates of ``repo`` (run in one sandbox of ``image``, a history image)."""
+) -> tuple[int, list[Candidate]]:
+    """(commits examined, mined candidates) of ``repo``, run in one sandbox of ``image`` (a history image)."""
     from swerl.sandbox import make_sandbox
 
     found = commits(repo, limit)
     if not found:
-        return []
+        return 0, []
     out = []
     sb = make_sandbox("docker", image, SandboxConfig(timeout=timeout, labels={"swerl.synth": "mine"}))
     try:
@@ -118,4 +118,4 @@ def mine(
             raise InfraError(f"cannot restore {repo.head}: {r.output[-300:]}")
     finally:
         sb.close()
-    return out
+    return len(found), out

@@ -185,11 +185,10 @@ def synthesize(
             found: list[Candidate] = []
             repo_img = None
             if "mine" in methods and int(repo_git_count(repo)) > 1:
-                cands = mine(repo, history_image(repo, client), test_command(repo), limit=max_candidates)
-                rr.method_counts["mine"] = {
-                    "candidates": int(repo_git_count(repo)) - 1,
-                    "probed_ok": len(cands),
-                }
+                examined, cands = mine(
+                    repo, history_image(repo, client), test_command(repo), limit=max_candidates
+                )
+                rr.method_counts["mine"] = {"candidates": examined, "probed_ok": len(cands)}
                 found += cands
             rr.seconds["mine"] = time.monotonic() - t0
             if "inject" in methods and repo.sources:

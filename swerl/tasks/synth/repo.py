@@ -89,7 +89,7 @@ def prepare(spec: str, workdir: Path) -> Repo:
     if path.is_file():
         return _from_archive(path, workdir)
     if path.is_dir():
-        if (path / ".git").exists():
+        if (path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir()):  # or bare
             dst = workdir / path.name
             shutil.rmtree(dst, ignore_errors=True)
             git(workdir, "clone", "-q", str(path.resolve()), str(dst))
