@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from swerl import __version__
 from swerl.errors import ConfigError, InfraError
@@ -213,7 +214,9 @@ def cmd_sandbox_shell(args: argparse.Namespace) -> int:
                 break
             if not line.strip():
                 continue
-            r = sb.execute(line.rstrip("\n"), cwd=task.workdir)
+            r = _execute_interruptibly(sb, line.rstrip("\n"), task.workdir, args.timeout)
+            if r is None:
+                continue
             if args.json:
                 data = {"command": line.strip(), "output": r.output, "returncode": r.returncode,
                         "duration": r.duration, "timed_out": r.timed_out}  # fmt: skip
@@ -224,6 +227,40 @@ def cmd_sandbox_shell(args: argparse.Namespace) -> int:
                     print(f"[exit {r.returncode}]")
                 sys.stdout.flush()
     return EXIT_OK
+
+
+def _execute_interruptibly(sb: Any, command: str, cwd: str, timeout: float) -> Any:
+    """Run one shell line; Ctrl-C stops waiting for it and keeps the session (a second one ends it).
+
+    Commands on a sandbox are serialized on one channel, so the interrupted command is left to
+    end (or reach --timeout) in the background: the next line runs once it has.
+    """
+    import threading
+
+    result: list[Any] = []
+
+    def run() -> None:
+        try:
+            result.append(sb.execute(command, cwd=cwd))
+        except BaseException as e:  # handed to the main thread, raised there
+            result.append(e)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except KeyboardInterrupt:
+        print(
+            f"^C: not waiting for it; it runs on until it ends or its {timeout:g} s timeout "
+            "(the next line waits for that). Ctrl-C again or 'exit' ends the session.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
 
 
 # ------------------------------------------------------------------ replay

@@ -86,7 +86,7 @@ class Episode:
     reason: str = ""
     grade: dict[str, Any] = field(default_factory=dict)
     integrity: dict[str, Any] | None = None
-    """Strict grading's findings (stripped paths, missing and skipped tests); None in official mode."""
+    """Strict grading's findings (reverted paths, missing and skipped tests, refusals); None in official mode."""
     where: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     error: str = ""

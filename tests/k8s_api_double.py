@@ -17,7 +17,8 @@ backend uses, in the wire format the official client expects:
 
 It is never stronger than the real cluster it stands for: every pod gets a network
 (an internal Docker network: pods reach each other and nothing else, like the real
-cluster's isolated bridge), whatever its labels or policies say.
+cluster's isolated bridge), whatever its labels or policies say, and the environment
+variables the kubelet adds (``KUBELET_ENV``).
 
 Each pod is a real Docker container labelled ``swerl.owner=swerl`` and
 ``swerl.run=<the pod's swerl.run label>`` (so the session reaper removes it even if
@@ -57,6 +58,19 @@ from aiohttp import WSMsgType, web
 OWNER_LABEL = "swerl.owner"
 RUN_LABEL = "swerl.run"
 POD_LABEL = "swerl.k8s-double.pod"
+
+KUBELET_ENV = {
+    "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+    "KUBERNETES_SERVICE_PORT": "443",
+    "KUBERNETES_SERVICE_PORT_HTTPS": "443",
+    "KUBERNETES_PORT": "tcp://10.0.0.1:443",
+    "KUBERNETES_PORT_443_TCP": "tcp://10.0.0.1:443",
+    "KUBERNETES_PORT_443_TCP_ADDR": "10.0.0.1",
+    "KUBERNETES_PORT_443_TCP_PORT": "443",
+    "KUBERNETES_PORT_443_TCP_PROTO": "tcp",
+}
+"""What the kubelet adds to every container, even with ``enableServiceLinks: false``: the
+address of the cluster's API service."""
 
 EXEC_WRAPPER = r"""
 d=$(mktemp -d) && mkfifo "$d/in" "$d/out" "$d/err" || exit 126
@@ -466,7 +480,7 @@ class KubernetesAPIDouble:
                 entrypoint=c.get("command"),
                 command=c.get("args"),
                 working_dir=c.get("workingDir"),
-                environment={e["name"]: e.get("value", "") for e in c.get("env") or []},
+                environment={**KUBELET_ENV, **{e["name"]: e.get("value", "") for e in c.get("env") or []}},
                 user=None if uid is None else (f"{uid}:{gid}" if gid is not None else str(uid)),
                 hostname=spec.get("hostname"),
                 labels=labels,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import json
 import re
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,7 +12,9 @@ import pytest
 
 from swerl.errors import ConfigError
 from swerl.grading import GradeStatus, Integrity, docker_factory, grade, judge
-from swerl.grading.integrity import filter_patch, infra_reason, strict_reading
+from swerl.grading.allowlist import Change, Entry, classify, infra_reason, parse_listing
+from swerl.grading.channel import read_verdict
+from swerl.grading.integrity import strict_reading
 from swerl.tasks.instance import Instance, select
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,9 +22,12 @@ SUITE = ROOT / "envs" / "swerl-mini"
 ADVERSARIAL = [json.loads(line) for line in (SUITE / "adversarial_patches.jsonl").read_text().splitlines()]
 ATTACKS = [r for r in ADVERSARIAL if r["kind"] == "adversarial"]
 CONTROLS = [r for r in ADVERSARIAL if r["kind"] == "control"]
+OFFICIAL_CHECKED = [
+    r for r in ADVERSARIAL if r["kind"] == "control" or not r["name"].endswith(("-inte", "-tiny"))
+]
 
 
-# ------------------------------------------------------------------ the filter
+# --------------------------------------------------------------- the allowlist
 @pytest.mark.parametrize(
     ("path", "tests", "infra"),
     [
@@ -31,95 +35,109 @@ CONTROLS = [r for r in ADVERSARIAL if r["kind"] == "control"]
         ("src/pkg/conftest.py", [], True),
         ("tests/__init__.py", [], True),
         ("pkg/tests/helpers.py", [], True),
-        ("testing/test_foo.py", [], True),
         ("testing/util.py", ["testing/test_foo.py"], True),  # pytest's own layout: its tests live there
         ("testing/util.py", [], False),
         ("django/test/testcases.py", ["tests/foo/tests.py"], False),  # library code, not tests
         ("numpy/testing/utils.py", [], False),
+        ("pkg/test_utils.py", [], False),  # never collected: the eval script names its test files
         ("pytest.ini", [], True),
         ("tox.ini", [], True),
+        ("setup.cfg", [], True),
+        ("pyproject.toml", [], True),
         ("sitecustomize.py", [], True),
         ("lib/usercustomize.py", [], True),
         ("evil.pth", [], True),
-        ("pytest.py", [], True),
-        ("_pytest/hooks.py", [], True),
-        ("src/_pytest/python.py", [], False),  # pytest's own source, not a shadow of it
+        ("pkg/__pycache__/mod.cpython-311.pyc", [], True),
+        ("pkg/_fast.cpython-311-x86_64-linux-gnu.so", [], True),
         ("pkg.egg-info/entry_points.txt", [], True),
+        ("x-1.0.dist-info/METADATA", [], True),
+        (".gitignore", [], True),
+        ("pkg/.gitattributes", [], True),
+        (".git/hooks/post-checkout", [], True),
         ("textkit/slug.py", ["tests/test_slug.py"], False),
+        ("textkit/conftest_utils.py", [], False),
+        ("textkit/pytest_compat.py", [], False),
         ("README.md", [], False),
-        ("pyproject.toml", [], False),  # filtered hunk by hunk instead
     ],
 )
-def test_which_paths_are_test_infrastructure(path, tests, infra):
+def test_which_paths_are_not_source(path, tests, infra):
     assert bool(infra_reason(path, tests)) is infra, infra_reason(path, tests)
 
 
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+F, X, L = Entry("f", 0o644, "1"), Entry("f", 0o755, "1"), Entry("l", 0o777, "1")
 
 
-PYPROJECT = """[project]
-name = "pkg"
-dependencies = []
-version = "1.0"
-
-[tool.pytest.ini_options]
-testpaths = ["tests"]
-filterwarnings = ["error"]
-markers = ["slow"]
-"""
-SETUP_CFG = """[metadata]
-name = pkg
-version = 1.0
-
-[tool:pytest]
-testpaths = tests
-markers = slow
-"""
+def _changed(entry: Entry) -> Entry:
+    return Entry(entry.kind, entry.mode, entry.stamp + "+")
 
 
-@pytest.mark.parametrize(
-    ("name", "base", "edits"),
-    [
-        (
-            "pyproject.toml",
-            PYPROJECT,
-            [("dependencies = []", 'dependencies = ["attrs"]'), ('markers = ["slow"]', 'markers = ["slow"]\naddopts = "-p evil"')],
-        ),
-        ("setup.cfg", SETUP_CFG, [("version = 1.0", "version = 1.1"), ("markers = slow", "markers = slow\naddopts = -p evil")]),
-    ],
-)  # fmt: skip
-def test_only_the_pytest_hunks_of_a_config_file_are_stripped(tmp_path, name, base, edits):
-    """The hunk adding addopts mentions no pytest in its lines: its section says so."""
-    _git(tmp_path, "init", "-q")
-    (tmp_path / name).write_text(base)
-    (tmp_path / "pkg.py").write_text("X = 1\n")
-    _git(tmp_path, "add", "-A")
-    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
-    text = base
-    for old, new in edits:
-        text = text.replace(old, new)
-    (tmp_path / name).write_text(text)
-    (tmp_path / "conftest.py").write_text("def pytest_configure(config): pass\n")
-    (tmp_path / "pkg.py").write_text("X = 2\n")
-    _git(tmp_path, "add", "-A")
-    patch = _git(tmp_path, "diff", "--cached", "-U1")
-    _git(tmp_path, "reset", "-q", "--hard")
-    kept, stripped = filter_patch(patch, [], lambda p: (tmp_path / p).read_text())
-    assert set(stripped) == {name, "conftest.py"}
-    assert "1 of 2 hunk" in stripped[name]
-    (tmp_path / "kept.diff").write_text(kept)
-    _git(tmp_path, "apply", "kept.diff")
-    result = (tmp_path / name).read_text()
-    assert edits[0][1] in result and "addopts" not in result
-    assert (tmp_path / "pkg.py").read_text() == "X = 2\n" and not (tmp_path / "conftest.py").exists()
+def test_the_allowlist_keeps_source_and_reverts_or_refuses_the_rest():
+    before = {
+        "pkg/a.py": F,
+        "pkg/run.sh": X,
+        "link": L,
+        "README.md": F,
+        ".git/HEAD": F,
+        ".git/index": F,
+        "build/x.so": F,
+    }
+    tracked = {"pkg/a.py", "pkg/run.sh", "link", "README.md"}
+    after = {
+        "pkg/a.py": _changed(F),  # a source edit
+        "pkg/run.sh": Entry("f", 0o644, "1"),  # mode change
+        "link": _changed(L),  # retargeted symlink
+        "pkg/new.py": F,  # new module
+        "pkg/tool.py": X,  # new executable
+        "pytest.ini": L,  # new symlink (and a config name)
+        "shlex.py": F,  # shadows the standard library
+        "pkg_extra/__init__.py": F,  # a new top-level package: checked for shadowing in the sandbox
+        ".git/HEAD": _changed(F),  # inside .git
+        ".git/index": _changed(F),  # the harness's own --3way may write it
+        ".git/objects/ab/cdef": F,  # inert (new, or a pack re-timed by --3way)
+        "build/x.so": _changed(F),  # an untracked file of the image
+    }  # README.md deleted: a tracked regular file, fine
+    ch = classify(before, after, tracked, [])
+    assert sorted(ch.accepted) == ["README.md", "pkg/a.py", "pkg/new.py", "pkg_extra/__init__.py"]
+    assert set(ch.revert) == {"pkg/run.sh", "link", "pkg/tool.py", "pytest.ini", "shlex.py"}
+    assert "mode changed from 755 to 644" in ch.revert["pkg/run.sh"]
+    assert "symbolic link" in ch.revert["link"] and "executable" in ch.revert["pkg/tool.py"]
+    assert "shadows the installed module 'shlex'" in ch.revert["shlex.py"]
+    assert set(ch.refuse) == {".git/HEAD", "build/x.so"}
+    assert ch.created_roots == {"pkg_extra"} and ch.untracked_new == ["pkg/new.py", "pkg_extra/__init__.py"]
+    assert classify(before, dict(before), tracked, []) == Change()  # nothing changed: nothing to say
 
 
-def test_a_clean_patch_passes_byte_for_byte_and_garbage_is_refused(suite):
-    inst = select(suite, ["swerl__textkit-1"])[0]
-    assert filter_patch(inst.patch, [], lambda p: None) == (inst.patch, {})
-    with pytest.raises(ConfigError, match="cannot parse the patch"):
-        filter_patch("diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n-a\n", [], lambda p: None)
+def test_listing_names_are_byte_exact():
+    raw = b'f 644 3 1.5 7\0caf\xc3\xa9 "x".py\0l 777 9 1.5 8\0bad\xff\0'
+    got = parse_listing(raw)
+    assert set(got) == {'café "x".py', "bad\udcff"} and got["bad\udcff"].kind == "l"
+
+
+def test_a_verdict_needs_the_key_and_its_closing_record():
+    import hashlib
+    import hmac
+
+    key = "k" * 64
+
+    def lines(*records, k=key):
+        mac, out = "", []
+        for n, r in enumerate(records):
+            payload = json.dumps({**r, "seq": n}, sort_keys=True)
+            mac = hmac.new(k.encode(), (mac + payload).encode(), hashlib.sha256).hexdigest()
+            out.append(json.dumps({"r": {**r, "seq": n}, "mac": mac}, sort_keys=True))
+        return ("\n".join(out) + "\n").encode()
+
+    start, test = {"start": True}, {"test": "t.py::a", "status": "PASSED"}
+    end = {"end": True, "exit": 0, "tests": 1, "tampered": []}
+    good = read_verdict(lines(start, test, end), key)
+    assert (good.tests, good.refused) == ({"t.py::a": "PASSED"}, [])
+    assert "closing record" in read_verdict(lines(start, test), key).refused[0]
+    assert "grader's key" in read_verdict(lines(start, test, end, k="x" * 64), key).refused[0]
+    forged = lines(start, test, end).replace(b"PASSED", b"FAILED")
+    assert "grader's key" in read_verdict(forged, key).refused[0]
+    assert "never started" in read_verdict(None, key).refused[0]
+    tampered = read_verdict(lines(start, test, {**end, "tampered": ["hook x registered by y"]}), key)
+    assert tampered.refused == ["strict runner: hook x registered by y"]
 
 
 # ----------------------------------------------------------------- the reading
@@ -195,10 +213,13 @@ def test_fail_only_needs_a_clean_exit_instead_of_presence(tk1):
 # -------------------------------------------------- the adversarial suite (Docker)
 @pytest.fixture(scope="module")
 def suite_grades(suite, task_images, run_id):
-    """Every adversarial patch and control graded in both modes, four at a time."""
+    """Every adversarial patch and control graded in strict mode, and in official mode every
+    control and all but the per-project copies of an attack kind (their official verdicts
+    are recorded by the generator, which grades everything in both modes); six at a time."""
     by_id = {i.instance_id: i for i in suite}
     factory = docker_factory(timeout=120, run_id=run_id)
-    jobs = [(r, mode) for r in ADVERSARIAL for mode in ("official", "strict")]
+    jobs = [(r, "strict") for r in ADVERSARIAL]
+    jobs += [(r, "official") for r in OFFICIAL_CHECKED]
 
     def run(job):
         rec, mode = job
@@ -206,7 +227,7 @@ def suite_grades(suite, task_images, run_id):
         inst = Instance.from_dict({**base.to_dict(), "eval_type": rec.get("eval_type", base.eval_type)})
         return grade(inst, rec["patch"], sandbox_factory=factory, mode=mode)
 
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(6) as pool:
         results = list(pool.map(run, jobs))
     return {(rec["name"], mode): res for (rec, mode), res in zip(jobs, results, strict=True)}
 
@@ -219,7 +240,7 @@ def test_every_attack_scores_zero_in_strict_mode_with_a_reason(suite_grades, rec
     assert res.to_dict()["integrity"] == res.integrity.to_dict()
 
 
-@pytest.mark.parametrize("rec", ADVERSARIAL, ids=[r["name"] for r in ADVERSARIAL])
+@pytest.mark.parametrize("rec", OFFICIAL_CHECKED, ids=[r["name"] for r in OFFICIAL_CHECKED])
 def test_official_verdicts_are_the_recorded_ones(suite_grades, rec):
     """The README's table of which attacks fool the official reading stays true."""
     res = suite_grades[rec["name"], "official"]
@@ -228,14 +249,42 @@ def test_official_verdicts_are_the_recorded_ones(suite_grades, rec):
 
 @pytest.mark.parametrize("rec", CONTROLS, ids=[r["name"] for r in CONTROLS])
 def test_legitimate_controls_score_one_in_both_modes(suite_grades, rec):
+    strict = suite_grades[rec["name"], "strict"]
     assert suite_grades[rec["name"], "official"].reward == 1.0
-    assert suite_grades[rec["name"], "strict"].reward == 1.0, suite_grades[rec["name"], "strict"].log[-2000:]
+    assert strict.reward == 1.0, (strict.integrity and strict.integrity.reasons(), strict.log[-2000:])
+    if rec["name"] != "gold-plus-own-test":  # its own test file is reverted, harmlessly
+        assert strict.integrity.clean, strict.integrity.reasons()
+
+
+def _kind(name: str) -> str:
+    """An attack's kind: its name less the project suffix of a per-project variant."""
+    return re.sub(r"-(text|inte|tiny)$", "", name)
 
 
 def test_readme_table_is_the_recorded_one():
     readme = (ROOT / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \| [^|]+ \| (yes|no) \|", readme, re.M))
-    assert rows == {r["name"]: "yes" if r["official"] == "resolved" else "no" for r in ATTACKS}
+    rows = {
+        k: (int(n), int(f))
+        for k, n, f, _ in re.findall(
+            r"^\| `([a-z0-9-]+)` \| [^|]+ \| (\d+) \| (\d+) of (\d+) \|", readme, re.M
+        )
+    }
+    want: dict[str, tuple[int, int]] = {}
+    for r in ATTACKS:
+        n, fooled = want.get(_kind(r["name"]), (0, 0))
+        want[_kind(r["name"])] = (n + 1, fooled + (r["official"] == "resolved"))
+    assert rows == want
+    assert all(r["strict"] == "unresolved" for r in ATTACKS) and all(
+        r["strict"] == "resolved" for r in CONTROLS
+    )
+
+
+def test_every_kind_has_a_variant_on_every_project():
+    projects: dict[str, set[str]] = {}
+    for r in ATTACKS:
+        projects.setdefault(_kind(r["name"]), set()).add(r["instance_id"].split("-")[0])
+    per_project = [k for k, p in projects.items() if len(p) > 1]
+    assert len(per_project) >= 14 and all(len(projects[k]) == 3 for k in per_project)
 
 
 def test_strict_mode_resolves_every_gold_patch(suite, factory_strict):
@@ -370,7 +419,7 @@ def test_strict_env_records_integrity_in_the_episode(tasks, sandbox_config):
         rec = EpisodeRecorder(inst.instance_id, 0, {})
         episode = rec.finish(rewards[grading], info)
         if grading == "strict":
-            assert episode.integrity["stripped"] == {"conftest.py": "pytest conftest"}
+            assert episode.integrity["reverted"] == {"conftest.py": "pytest conftest"}
             assert episode.grade["mode"] == "strict"
         else:
             assert episode.integrity is None
@@ -396,4 +445,4 @@ def test_eval_grading_both_writes_both_reports(tasks, tmp_path):
     assert official["resolved_ids"] == ["swerl__textkit-1", "swerl__textkit-2"]
     assert strict["resolved_ids"] == ["swerl__textkit-2"] and strict["unresolved_ids"] == ["swerl__textkit-1"]
     log = tmp_path / "logs/run_evaluation/b1-strict/m/swerl__textkit-1/run_instance.log"
-    assert "strict grading: stripped conftest.py (pytest conftest)" in log.read_text()
+    assert "strict grading: reverted 'conftest.py' (pytest conftest)" in log.read_text()

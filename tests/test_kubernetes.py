@@ -99,14 +99,14 @@ grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status
 cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max
 q=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null) && echo "$q $(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)" || cat /sys/fs/cgroup/cpu.max
 test -e /var/run/secrets/kubernetes.io/serviceaccount && echo token || echo no-token
-id -u; hostname
+id -u; hostname; echo "${KUBERNETES_SERVICE_HOST:+api-service-address}"
 """
 
 
 def test_limits_and_lockdown_as_seen_inside_the_pod(k8s, base_image, sandbox_config):
     """What the container runtime applied, read from inside: capabilities bounded to
     ``cap_add``, no new privileges, a seccomp filter, the memory and cpu limits, no
-    service account token, the user, the hostname."""
+    service account token, the user, the hostname, the kubelet's environment."""
     cfg = sandbox_config.replace(memory="512m", cpus=0.5)
     with make_sandbox("kubernetes", base_image, cfg) as sb:
         lines = sb.execute(_INSIDE, cwd="/").output.splitlines()
@@ -117,7 +117,8 @@ def test_limits_and_lockdown_as_seen_inside_the_pod(k8s, base_image, sandbox_con
     assert lines[4] == str(512 * 1024**2)
     quota, period = lines[5].split()
     assert int(quota) / int(period) == 0.5
-    assert lines[6:] == ["no-token", "0", "sandbox"]
+    # the kubelet gives every container the API service's address (no token to use it)
+    assert lines[6:] == ["no-token", "0", "sandbox", "api-service-address"]
     with make_sandbox("kubernetes", base_image, sandbox_config.replace(user="1000:1000")) as sb:
         assert sb.execute("id -u; id -g").output == "1000\n1000\n"
 

@@ -125,8 +125,9 @@ def test_episodes_against_a_chat_only_server_are_laid_out_by_message_and_inexact
         assert text.count("<|im_start|>user") == 2 and text.count("<|im_start|>assistant") == 2
         assert "Fix the bug." in text and text.count(ep.steps[0].observation[:60]) == 1
     # the model sampled real tokens (not just an end-of-turn): usage counts them, the text has them
-    assert all(s.policy["usage"]["completion_tokens"] > 1 for ep in eps for s in ep.steps)
-    assert sum(len(s.action) for ep in eps for s in ep.steps) > 0
+    steps = [s for ep in eps for s in ep.steps]
+    assert sum(s.policy["usage"]["completion_tokens"] for s in steps) > 2 * len(steps)
+    assert sum(len(s.action) for s in steps) > 0
     with pytest.raises(InexactTokens):
         rollout_batch(eps)
 

@@ -194,3 +194,21 @@ def test_owns_a_sandbox_on_another_backend(base_image, run_id, enroot_double):
     finally:
         env.cleanup()
     assert env.container_id not in os.listdir(enroot_double / "data")
+
+
+def test_a_given_sandbox_says_which_keys_it_ignores_and_a_bad_cwd_is_exit_1(
+    base_image, sandbox_config, caplog
+):
+    with DockerSandbox(base_image, sandbox_config) as sb:
+        with caplog.at_level("WARNING", logger="swerl.miniswe"):
+            env = MiniSweEnvironment(sandbox=sb, container_timeout="10m", run_args=["--rm"],
+                                     sandbox_config={"output_cap": 10})  # fmt: skip
+        (warning,) = [r.getMessage() for r in caplog.records if "ignoring" in r.getMessage()]
+        assert "container_timeout, run_args, sandbox_config" in warning and "already made" in warning
+        assert sb.config.lifetime != 600  # the sandbox is as it was made
+        out = env.execute({"command": "echo x"}, cwd="/no/such/dir")  # mini's docker exec -w gives 126
+        assert out["returncode"] == 1 and "/no/such/dir" in out["output"], out
+        with caplog.at_level("WARNING", logger="swerl.miniswe"):
+            caplog.clear()
+            MiniSweEnvironment(sandbox=sb, cwd="/tmp")
+        assert not [r for r in caplog.records if "ignoring" in r.getMessage()]

@@ -40,4 +40,7 @@ def test_notebook_runs(path, kernel, task_images, run_id, tmp_path, monkeypatch)
     nbclient.NotebookClient(
         nb, timeout=120, kernel_name=kernel, resources={"metadata": {"path": str(tmp_path)}}
     ).execute()  # raises CellExecutionError, naming the cell, on any error
+    if path.stem.startswith("05_"):  # its output goes to a fresh run directory, never an old file
+        assert [p.name for p in tmp_path.iterdir()] == ["runs"]
+        assert len(list((tmp_path / "runs").glob("trl-*/episodes.jsonl"))) == 1
     # No wall-clock assert: speed is for the benches; a cell over nbclient's timeout still fails.

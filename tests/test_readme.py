@@ -104,3 +104,112 @@ def test_read_only_swerl_command_runs(command, tmp_path):
     argv = [sys.executable, "-m", "swerl.cli", *shlex.split(command)[1:]]
     r = subprocess.run(argv, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip(), f"{command}: exit {r.returncode}\n{r.stderr[-3000:]}"
+
+
+# --------------------------------------------- blocks in order, as written
+def _imports(code: str) -> set[str]:
+    """Top-level module names a piece of code imports at module level (what fails at once if missing)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.parse(code).body:
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def _third_party(module: str, seen: set[str]) -> set[str]:
+    """The non-swerl top-level packages ``module`` needs at import, following swerl's own modules."""
+    top = module.split(".")[0]
+    if top != "swerl":
+        return {top}
+    if module in seen:
+        return set()
+    seen.add(module)
+    out: set[str] = set()
+    for prefix in (module.rsplit(".", i)[0] for i in range(module.count(".") + 1)):  # parents run first
+        base = ROOT / prefix.replace(".", "/")
+        source = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if source.is_file() and prefix not in seen | {module}:
+            seen.add(prefix)
+            out |= {m for name in _imports(source.read_text()) for m in _third_party(name, seen)}
+    source = (ROOT / module.replace(".", "/")).with_suffix(".py")
+    if source.is_file():
+        out |= {m for name in _imports(source.read_text()) for m in _third_party(name, seen)}
+    return out
+
+
+def _closure(dists: set[str]) -> set[str]:
+    """The installed distributions ``dists`` bring with them (their requirements, recursively)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    out, todo = set(), [canon(d) for d in dists]
+    while todo:
+        d = todo.pop()
+        if d in out:
+            continue
+        out.add(d)
+        try:
+            reqs = metadata.requires(d) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for r in map(Requirement, reqs):
+            if r.marker is None or r.marker.evaluate({"extra": ""}):
+                todo.append(canon(r.name))
+    return out
+
+
+def canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed_by(line: str) -> set[str]:
+    """The distributions a README ``pip install`` line names: pins, and for ``.[x]`` this checkout's
+    dependencies and extras (read from its pyproject.toml, not from whichever swerl is installed)."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    out: set[str] = set()
+    for arg in shlex.split(line.split("#", 1)[0])[2:]:
+        if arg.startswith("-") or arg.startswith("http"):
+            continue
+        m = re.match(r"^\.(\[(?P<extras>[\w,]+)\])?$", arg)
+        if m:
+            reqs = list(project["dependencies"])
+            for extra in set((m["extras"] or "").split(",")) - {""}:
+                reqs += project["optional-dependencies"].get(extra, [])
+            out |= {canon(Requirement(r).name) for r in reqs}
+            continue
+        out.add(canon(Requirement(arg).name))
+    return out
+
+
+def test_every_python_block_needs_only_what_the_readme_installed_before_it():
+    """Read top to bottom, each block's imports come from an install line above it (verl's did not)."""
+    import sys as _sys
+    from importlib import metadata
+
+    provides = metadata.packages_distributions()
+    text = README.read_text().splitlines()
+    installed: set[str] = {"swerl", *_installed_by("pip install .")}  # swerl itself is a given
+    missing = []
+    for block in PYTHON:
+        for line in text[: block.line]:
+            if re.match(r"^\s*pip install ", line):
+                installed |= _installed_by(line.strip())
+        have = _closure(installed)
+        for top in sorted({m for name in _imports(block.code) for m in _third_party(name, set())}):
+            if top in _sys.stdlib_module_names or top == "__future__":
+                continue
+            dists = {canon(d) for d in provides.get(top, [])}
+            if not dists:
+                continue  # not installed on this machine: the block's own test says so
+            if not dists & have:
+                missing.append(f"README line {block.line}: imports {top} ({', '.join(sorted(dists))}), "
+                               "installed by no pip line above it")  # fmt: skip
+    assert not missing, "\n".join(missing)

@@ -45,8 +45,9 @@ def swerl(*args: str, timeout: float = 300, **extra: str) -> subprocess.Complete
 
 def leftovers(docker_client, run_id: str) -> list:
     """swerl containers of a run (its sandboxes are labelled with actor ids RUN_ID-aN)."""
-    found = docker_client.containers.list(all=True, filters={"label": "swerl.owner=swerl"})
-    return [c for c in found if c.labels.get(RUN_LABEL, "").startswith(f"{run_id}-")]
+    # sparse: the list alone, no inspect per container (which fails when anyone's container goes meanwhile)
+    found = docker_client.containers.list(all=True, sparse=True, filters={"label": "swerl.owner=swerl"})
+    return [c for c in found if (c.attrs.get("Labels") or {}).get(RUN_LABEL, "").startswith(f"{run_id}-")]
 
 
 # ------------------------------------------------------------- entry points
@@ -339,3 +340,162 @@ def test_gymnasium_make_works_in_a_fresh_interpreter(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env(),
                        timeout=120)  # fmt: skip
     assert r.returncode == 0 and r.stdout.split() == ["SWEEnv", str(len(SUITE))], r.stderr
+
+
+def test_a_finished_run_is_not_resumed_on_another_kind_of_place(task_images, tmp_path):
+    """A laptop run then the cluster command: refused (exit 2), not "1 of 1 done" with nothing run."""
+    out = tmp_path / "laptop"
+    args = ["rollout", "default", f"output_dir={out}", "task_ids=[swerl__tinyconf-1]", "rollout.num_actors=1"]
+    r = swerl(*args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"^Ray: a local Ray at \S+ \(1 node\(s\)\)", r.stdout, re.M), r.stdout
+    assert json.loads((out / "summary.json").read_text())["place"] == {"kind": "local", "ray_address": None}
+
+    t0 = time.monotonic()
+    r = swerl(*args)  # everything done: no Ray is started
+    assert r.returncode == 0 and "nothing to run" in r.stdout and "starting Ray" not in r.stdout, r.stdout
+    assert time.monotonic() - t0 < 30
+
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    r = swerl(*args, "ray.address=127.0.0.1:1")  # a cluster: refused before joining it
+    assert r.returncode == 2 and "made on a local Ray on this machine" in r.stderr, r.stdout + r.stderr
+    assert "the Ray cluster at 127.0.0.1:1" in r.stderr and "--resume-anyway" in r.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    r = swerl("cluster", "ray", "submit", "default", f"output_dir={out}", "--address", "http://127.0.0.1:1")
+    assert r.returncode == 2 and "made on a local Ray" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_cluster_ray_up_and_down_end_only_what_swerl_started(tmp_path):
+    from swerl.cluster.local_ray import LocalRayCluster, _pids_under
+
+    other = LocalRayCluster(port=38379, dashboard_port=38265, num_cpus=1).start()  # someone else's Ray
+    try:
+        # Head only: a joining worker is `up`'s LocalRayCluster.add_node, tested in test_multinode.py.
+        r = swerl("cluster", "ray", "up", "--port", "37379", "--dashboard-port", "37265", "--num-cpus", "1",
+                  "--workers", "0")  # fmt: skip
+        try:
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert "export RAY_ADDRESS=127.0.0.1:37379 RAY_AUTH_MODE=token" in r.stdout
+            assert "swerl cluster ray down --port 37379" in r.stderr
+            count = (
+                "import ray; ray.init(address='127.0.0.1:37379'); print(sum(n['Alive'] for n in ray.nodes()))"
+            )
+            c = subprocess.run([sys.executable, "-c", count], capture_output=True, text=True, timeout=120,
+                               env=env(RAY_AUTH_MODE="token"))  # fmt: skip
+            assert c.stdout.strip().splitlines()[-1] == "1", c.stderr[-2000:]
+            again = swerl("cluster", "ray", "up", "--port", "37379", "--dashboard-port", "37265")
+            assert again.returncode == 2 and "already runs" in again.stderr
+        finally:
+            d = swerl("cluster", "ray", "down", "--port", "37379")
+        assert d.returncode == 0 and "ended" in d.stderr, d.stderr
+        root = LocalRayCluster(port=37379, dashboard_port=0).root
+        assert _pids_under(root) == []
+        assert other.nodes["head"].process.poll() is None and _pids_under(other.root)  # untouched
+        assert swerl("cluster", "ray", "down", "--port", "37379").returncode == 2
+    finally:
+        other.stop()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_llm_policy_with_no_server_is_exit_3_in_one_line_before_ray(tmp_path):
+    out = tmp_path / "llm"
+    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    r = swerl("rollout", "default", "policy.name=llm", "policy.options.model=m", f"policy.options.base_url={url}",
+              f"output_dir={out}", OPENAI_API_KEY="")  # fmt: skip
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"swerl: infrastructure error: the policy's model server at {url.rstrip('/')} does not answer "
+        "([Errno 111] Connection refused): start it, or set policy.options.base_url"
+    ]
+    assert "starting Ray" not in r.stdout and not out.exists()
+
+
+def test_a_keyless_server_needs_no_key_and_one_with_a_key_says_so(monkeypatch):
+    """Real sockets: a server with no key (as vLLM without --api-key), one that wants a key (401)."""
+    import http.server
+    import threading
+
+    from swerl.errors import BackendUnavailable
+    from swerl.policies.llm import LLMPolicy
+    from swerl.preflight import check_policy
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        key: str | None = None
+
+        def do_GET(self):
+            ok = self.key is None or self.headers.get("Authorization") == f"Bearer {self.key}"
+            body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    try:
+        check_policy("llm", {"base_url": url})  # keyless: passes with no key set
+        assert [m.id for m in LLMPolicy("m", base_url=url)._chat().models.list()] == ["m"]
+        Server.key = "sk-local"
+        with pytest.raises(
+            BackendUnavailable, match=r"refused the request \(401.*set OPENAI_API_KEY.*not set"
+        ):
+            check_policy("llm", {"base_url": url})
+        monkeypatch.setenv("MY_KEY", "sk-local")
+        check_policy("llm", {"base_url": url, "api_key_env": "MY_KEY"})
+    finally:
+        httpd.shutdown()
+
+
+def test_a_batch_with_no_valid_action_is_said_out_loud():
+    from swerl.episode import Episode, Step
+    from swerl.rollout.checks import no_valid_action_warning, tail
+
+    def ep(task: str, *observations: str) -> Episode:
+        steps = [Step(i, "I think the bug is in", o) for i, o in enumerate(observations, 1)]
+        return Episode(task, 0, steps=steps, status="empty_patch", reward=0.0, reason="no_action")
+
+    bad = [ep("t-1", "Invalid action: no JSON tool call or bash block"), ep("t-2", "Invalid action: x")]
+    text = no_valid_action_warning(bad, max_new_tokens=64)
+    assert text and "none of the 2 episode(s)" in text and "max_new_tokens=64" in text
+    assert "'I think the bug is in'" in text and "Training with your own model" in text
+    assert (
+        no_valid_action_warning([*bad, ep("t-3", "Invalid action: x", "<returncode>0</returncode>")]) is None
+    )
+    assert no_valid_action_warning([]) is None
+    # An infra error's tail starts at a word, not mid-word ("kendUnavailable").
+    error = "Traceback ...\n" + "x" * 400 + " swerl.errors.BackendUnavailable: cannot reach the Docker daemon"
+    assert tail(error, 80) == "...swerl.errors.BackendUnavailable: cannot reach the Docker daemon"
+    assert tail("short", 80) == "short"
+
+
+def test_ctrl_c_in_the_sandbox_shell_stops_the_command_not_the_session(task_images):
+    p = subprocess.Popen([sys.executable, "-m", "swerl", "sandbox", "shell", "swerl__textkit-1"], env=env(),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        p.stdin.write("echo ready\nsleep 6\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == "ready\n"
+        time.sleep(1.0)  # `sleep 6` is running
+        p.send_signal(signal.SIGINT)
+        p.stdin.write("echo after\nexit\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert "^C: not waiting for it" in err and "after\n" in out and "Traceback" not in err

@@ -31,7 +31,9 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def vllm(tiny_model_dir, tmp_path_factory):
     """The server, started now; ``.wait()`` where first needed, so Ray and Docker start meanwhile."""
-    server = VLLMServer(tiny_model_dir, log=tmp_path_factory.mktemp("vllm") / "server.log")
+    # --enforce-eager: no compile warm-up (engine ready in ~5 s instead of ~60 s here); same logprobs
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    server = VLLMServer(tiny_model_dir, log=log, extra_args=["--enforce-eager"])
     try:
         yield server
     finally:

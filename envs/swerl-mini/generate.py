@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]
@@ -62,27 +63,50 @@ def make_repo(repo: str, commits: list, where: Path) -> list[str]:
     return hashes
 
 
-def edit_diff(worktree: Path, edits: list, files: dict[str, str | None] | None = None) -> str:
-    """Write ``files`` (None deletes), apply exact (path, old, new) edits, return the
-    diff, restore the tree."""
+def edit_diff(
+    worktree: Path, edits: list, files: dict[str, Any] | None = None, rename: tuple[str, str] | None = None
+) -> str:
+    """Write ``files`` (None deletes, {"symlink": target} links), rename, apply exact
+    (path, old, new) edits (old None appends), return the diff, restore the tree."""
+    if rename:
+        git(worktree, "mv", *rename)
     for path, content in (files or {}).items():
         f = worktree / path
         if content is None:
             f.unlink()
+            continue
+        f.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, dict):
+            os.symlink(os.path.relpath(worktree / content["symlink"], f.parent), f)
         else:
-            f.parent.mkdir(parents=True, exist_ok=True)
             f.write_text(content)
     for path, old, new in edits:
         f = worktree / path
         text = f.read_text()
+        if old is None:
+            f.write_text(text + new)
+            continue
         if text.count(old) != 1:
             raise SystemExit(f"{path}: edit anchor found {text.count(old)} times: {old!r}")
         f.write_text(text.replace(old, new))
-    git(worktree, "add", "-A")
-    diff = git(worktree, "diff", "--cached", "--no-color", "--no-ext-diff")
+    git(worktree, "add", "-A", "--force")  # ignored files too: an attack may hide its own files
+    diff = git(worktree, "-c", "core.quotePath=true", "diff", "--cached", "--no-color", "--no-ext-diff")
     git(worktree, "reset", "-q", "--hard")
     git(worktree, "clean", "-fdq")
     return diff
+
+
+def escape_path(patch: str, path: str) -> str:
+    """Write ``path`` in the patch's headers as git's quoted form, its first letter octal-escaped
+    (git decodes it when applying; a reader of names as text sees another name)."""
+    quoted = "\\" + format(ord(path[0]), "03o") + path[1:]
+    out = []
+    for line in patch.splitlines(keepends=True):
+        if line.startswith(("diff --git ", "--- ", "+++ ")):
+            for side in ("a/", "b/"):
+                line = line.replace(f"{side}{path}", f'"{side}{quoted}"')
+        out.append(line)
+    return "".join(out)
 
 
 def build_records(tmp: Path) -> tuple[list[dict], list[dict], list[dict]]:
@@ -134,22 +158,27 @@ def build_records(tmp: Path) -> tuple[list[dict], list[dict], list[dict]]:
                     "patch": edit_diff(wt, task["wrong"]["edits"]),
                 }
             )
-    return records, wrong, build_adversarial(tmp / "wt" / TASK, specs[TASK])
+    return records, wrong, build_adversarial(tmp, specs)
 
 
-def build_adversarial(wt: Path, task: dict) -> list[dict]:
-    """The patches of adversarial.py, made against the task's base commit."""
-    starts = {None: [], "gold": task["gold"], "wrong": [*task["gold"], *WRONG]}
+def build_adversarial(tmp: Path, specs: dict[str, dict]) -> list[dict]:
+    """The patches of adversarial.py, each made against its task's base commit."""
     out = []
     for kind, entries in (("adversarial", ADVERSARIAL), ("control", CONTROLS)):
         for e in entries:
-            patch = edit_diff(wt, [*starts[e.get("start")], *e.get("edits", [])], e.get("files"))
+            task = e.get("task", TASK)
+            starts = {None: [], "gold": specs[task]["gold"], "wrong": [*specs[task]["gold"], *WRONG]}
+            edits = [*starts[e.get("start")], *e.get("edits", [])]
+            patch = edit_diff(tmp / "wt" / task, edits, e.get("files"), e.get("rename"))
             if "fuzz" in e:
                 old, new = e["fuzz"]
                 if patch.count(old) != 1:
                     raise SystemExit(f"{e['name']}: fuzz anchor found {patch.count(old)} times")
                 patch = patch.replace(old, new)
-            rec = {"name": e["name"], "kind": kind, "instance_id": TASK, "note": e["note"], "patch": patch}
+            if "escape" in e:
+                patch = escape_path(patch, e["escape"])
+            patch += e.get("raw", "")
+            rec = {"name": e["name"], "kind": kind, "instance_id": task, "note": e["note"], "patch": patch}
             out.append(rec | ({"eval_type": e["eval_type"]} if "eval_type" in e else {}))
     return out
 
@@ -248,10 +277,13 @@ def sample_predictions(records: list[dict], wrong: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-docker", action="store_true", help="do not build images or run tests")
+    ap.add_argument(
+        "--adversarial", action="store_true", help="keep the test lists; grade only the adversarial patches and controls"
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         records, wrong, adversarial = build_records(Path(tmp))
-    if args.no_docker:  # keep what the last docker run recorded
+    if args.no_docker or args.adversarial:  # keep what the last docker run recorded
         old, old_wrong = read_jsonl(HERE / "tasks.jsonl"), read_jsonl(HERE / "wrong_patches.jsonl")
         old_adv = read_jsonl(HERE / "adversarial_patches.jsonl", key="name")
         for a in adversarial:
@@ -261,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         for w in wrong:
             recorded = old_wrong.get(w["instance_id"], {})
             w.update({k: v for k, v in recorded.items() if k not in w})
+        if args.adversarial:
+            record_adversarial(records, adversarial)
     else:
         record_tests(records, wrong)
         record_adversarial(records, adversarial)

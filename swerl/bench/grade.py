@@ -48,7 +48,7 @@ def official_log(run_id: str, inst: Instance) -> str:
     return path.read_text(errors="replace") if path.is_file() else ""
 
 
-STRICT_STEPS = ("scrub", "filter", "restore")
+STRICT_STEPS = ("scrub", "allowlist")
 """What strict mode adds to a grade (its timings keys); the rest is the shared path."""
 
 

@@ -14,6 +14,7 @@ cluster path on a laptop:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -60,6 +61,8 @@ class LocalRayCluster:
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment of every node (and so of every worker process), e.g. PYTHONPATH."""
     join_timeout: float = 120.0
+    detach: bool = False
+    """Start the nodes in their own session, to outlive this process (``swerl cluster ray up``)."""
     nodes: dict[str, RayNode] = field(default_factory=dict)
 
     @property
@@ -115,7 +118,12 @@ class LocalRayCluster:
         log = temp / "ray-start.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                argv, env=self.node_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                argv,
+                env=self.node_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=self.detach,
             )
         node = self.nodes[name] = RayNode(name, index, proc, log)
         try:
@@ -172,6 +180,91 @@ class LocalRayCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+STATE = "swerl-cluster.json"
+"""What ``up`` started, in the cluster's temp root: so ``down`` ends exactly that, by pid."""
+
+
+def up(port: int, dashboard_port: int, workers: int = 1, num_cpus: int = 2) -> LocalRayCluster:
+    """Start a head and ``workers`` worker nodes that outlive this process; record their pids."""
+    cluster = LocalRayCluster(port=port, dashboard_port=dashboard_port, num_cpus=num_cpus, detach=True)
+    state = cluster.root / STATE
+    if state.exists() and any(_alive_in(pid, cluster.root) for pid in _state_pids(state)):
+        raise ConfigError(
+            f"a cluster started by swerl already runs on port {port}: `swerl cluster ray down --port {port}`"
+        )
+    try:
+        cluster.start()
+        for i in range(1, workers + 1):
+            cluster.add_node(f"worker{i}")
+    except BaseException:
+        cluster.stop()
+        raise
+    pids = {name: node.process.pid for name, node in cluster.nodes.items()}
+    state.write_text(json.dumps({"port": port, "dashboard_port": dashboard_port, "nodes": pids}))
+    return cluster
+
+
+def down(port: int, timeout: float = 30.0) -> int:
+    """End the nodes ``up`` started on ``port``, and every process under their temp root; how many.
+
+    Scoped by pid and by the cluster's own temp dir in each command line, so no other Ray on
+    the machine is touched (``ray stop`` would end them all).
+    """
+    root = Path(LocalRayCluster.temp_dir.format(port=port))
+    state = root / STATE
+    if not state.exists():
+        raise ConfigError(
+            f"no cluster started by `swerl cluster ray up --port {port}` ({state} does not exist)"
+        )
+    starters = [pid for pid in _state_pids(state) if _alive_in(pid, root)]
+    for pid in starters:  # `ray start --block` ends its node's processes on SIGTERM
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while any(_alive_in(pid, root) for pid in starters) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _pids_under(root)
+    for pid in left:
+        _signal(pid, signal.SIGKILL)
+    state.unlink()
+    return len(starters) + len(left)
+
+
+def _state_pids(state: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in json.loads(state.read_text())["nodes"].values()]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _alive_in(pid: int, root: Path) -> bool:
+    """``pid`` runs, and is still one of this cluster's processes (not a pid reused since)."""
+    return f"{root}/" in _cmdline(pid) and _comm(pid) != "" and not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _pids_under(root: Path) -> list[int]:
+    """Every live process whose command line names a path under ``root``."""
+    own = os.getpid()
+    return [
+        int(d.name)
+        for d in Path("/proc").iterdir()
+        if d.name.isdigit() and int(d.name) != own and _alive_in(int(d.name), root)
+    ]
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def ensure_auth_token() -> None:

@@ -74,7 +74,15 @@ def submit(
     wd = Path(working_dir).resolve()
     if not wd.is_dir():
         raise ConfigError(f"working dir {working_dir} is not a directory")
+    from swerl.rollout.run import previous_place
+
     out = cfg.out.resolve()
+    before = previous_place(out)
+    if before and before["kind"] == "local" and (out / "episodes.jsonl").exists():
+        raise ConfigError(  # the job would count this machine's episodes as done on the cluster
+            f"{out} holds a run made on a local Ray; a cluster job would resume it and mix the two. "
+            "Give the job another name or output_dir"
+        )
     command = entrypoint(job_config_path(config, wd), [*overrides, f"output_dir={out}"])
     runtime_env: dict[str, Any] = {"working_dir": str(wd)}
     if env:
@@ -161,8 +169,29 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return EXIT_OK if status.is_terminal() else EXIT_FAILED
 
 
+def cmd_up(args: argparse.Namespace) -> int:
+    from swerl.cluster.local_ray import up
+
+    cluster = up(args.port, args.dashboard_port, args.workers, args.num_cpus)
+    print(f"export RAY_ADDRESS={cluster.address} RAY_AUTH_MODE=token")
+    print(
+        f"swerl: Ray cluster of {len(cluster.nodes)} node(s) up; job API at {cluster.dashboard_url}; "
+        f"stop it with `swerl cluster ray down --port {args.port}`",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from swerl.cluster.local_ray import down
+
+    n = down(args.port)
+    print(f"swerl: ended {n} process(es) of the cluster on port {args.port}", file=sys.stderr)
+    return EXIT_OK
+
+
 def add_cli(parser: argparse.ArgumentParser) -> None:
-    """``swerl cluster ray submit|logs|stop`` (registered by ``swerl.cli``)."""
+    """``swerl cluster ray submit|logs|stop|up|down`` (registered by ``swerl.cli``)."""
     sub = parser.add_subparsers(dest="ray_command", required=True, metavar="COMMAND")
     p = sub.add_parser("submit", help="submit `swerl rollout CONFIG` as a Ray job; print its id")
     p.add_argument("config", help="YAML file (inside --working-dir) or a name in configs/")
@@ -182,3 +211,12 @@ def add_cli(parser: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_api_errors(cmd_stop))
     for p in sub.choices.values():
         p.add_argument("--address", default=None, help="dashboard URL or GCS address (default: $RAY_ADDRESS)")
+    p = sub.add_parser("up", help="start a Ray cluster on this machine (a head and --workers nodes)")
+    p.add_argument("--port", type=int, default=26379, help="the head's GCS port (default: 26379)")
+    p.add_argument("--dashboard-port", type=int, default=26265, help="job API / dashboard (default: 26265)")
+    p.add_argument("--workers", type=int, default=1, help="worker nodes beside the head (default: 1)")
+    p.add_argument("--num-cpus", type=int, default=2, help="Ray CPUs per node (default: 2)")
+    p.set_defaults(func=cmd_up)
+    p = sub.add_parser("down", help="stop the cluster `up` started on --port, and nothing else")
+    p.add_argument("--port", type=int, default=26379)
+    p.set_defaults(func=cmd_down)

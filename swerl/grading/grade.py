@@ -11,8 +11,10 @@ a stricter reading after (see ``swerl.grading.integrity``).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import secrets
 import shlex
 import tempfile
 import time
@@ -26,13 +28,21 @@ from swebench.harness.grading import get_eval_report, get_logs_eval
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.image_builder.constants import CONTAINER_WORKDIR
 
-from swerl.errors import ConfigError, ImageMissing, InfraError, SandboxError
+from swerl.errors import ImageMissing, InfraError, SandboxError
+from swerl.grading.allowlist import LIST_TREE, Entry, classify, parse_listing, top_module
+from swerl.grading.channel import (
+    RUNNER_SOURCE,
+    RunDir,
+    Verdict,
+    read_verdict,
+    runs_pytest,
+    setup_command,
+    strict_script,
+)
 from swerl.grading.integrity import (
     STRICT_PREFIX,
     GradingMode,
     Integrity,
-    filter_patch,
-    infra_paths,
     instance_test_files,
     strict_reading,
 )
@@ -65,7 +75,9 @@ class Evaluation:
     timed_out: bool = False
     timings: dict[str, float] = field(default_factory=dict)
     integrity: Integrity | None = None
-    """Strict mode's findings before the run (stripped and restored paths)."""
+    """Strict mode's findings before the run (reverted paths, refusals)."""
+    verdict: Verdict | None = None
+    """Strict mode, pytest runs: what the strict runner reported on its keyed channel."""
 
 
 def docker_factory(timeout: float = DEFAULT_TIMEOUT, run_id: str | None = None) -> SandboxFactory:
@@ -93,10 +105,11 @@ def evaluate(
     """Apply ``patch`` (if any) and run the eval script in a fresh sandbox.
 
     Strict mode first drops the git history past the base commit (the patch's code
-    could fetch the fix from it), strips test infrastructure from the patch, resets
-    what the applied patch still changed of it, and runs the script without user
-    site-packages or a pytest cache. Raises InfraError when the sandbox fails;
-    anything the patch causes is data.
+    could fetch the fix from it), lists the tree, applies with no step that can write
+    into ``.git``, lists it again and reverts what the allowlist does not accept
+    (``swerl.grading.allowlist``), then runs the eval script under the strict runner
+    (``swerl.grading.channel``). Raises InfraError when the sandbox fails; anything the
+    patch causes is data.
     """
     spec = instance.test_spec()
     strict = GradingMode.parse(mode) is GradingMode.STRICT
@@ -108,37 +121,46 @@ def evaluate(
         sb.start()
         timings["start"] = time.monotonic() - t
         t = time.monotonic()
+        before: dict[str, Entry] = {}
         if integrity is not None:
             scrub_history(sb, CONTAINER_WORKDIR)
+            before = _list_tree(sb)
             timings["scrub"] = time.monotonic() - t
             t = time.monotonic()
-            try:
-                patch, integrity.stripped = filter_patch(
-                    patch, instance_test_files(instance.test_patch), lambda p: _read_text(sb, p)
-                )
-            except ConfigError as e:
-                return Evaluation(False, apply_output=str(e), timings=timings, integrity=integrity)
-            timings["filter"] = time.monotonic() - t
-            t = time.monotonic()
-        applied, apply_output, apply_command = (True, "", "") if not patch else _apply(sb, patch)
+        applied, apply_output, apply_command = (True, "", "") if not patch else _apply(sb, patch, strict)
         timings["apply"] = time.monotonic() - t
+        if integrity is not None and _GIT_WRITTEN in apply_output:
+            integrity.reverted[".git"] = (
+                "written by the `patch` fallback in its scratch copy (never reached the repository)"
+            )
         if not applied:
             return Evaluation(False, apply_output=apply_output, timings=timings, integrity=integrity)
+        script, run = spec.eval_script, None
         if integrity is not None:
             t = time.monotonic()
-            integrity.restored = _restore_infra(sb, instance)
-            timings["restore"] = time.monotonic() - t
+            changed = _enforce_allowlist(sb, instance, before, integrity)
+            run = RunDir.new()
+            _setup_run_dir(sb, instance, run, changed)
+            script = strict_script(script, run)
+            timings["allowlist"] = time.monotonic() - t
         t = time.monotonic()
-        _write(sb, EVAL_SCRIPT_PATH, spec.eval_script.encode())
+        _write(sb, EVAL_SCRIPT_PATH, script.encode())
         command = f"{STRICT_PREFIX if strict else ''}/bin/bash {EVAL_SCRIPT_PATH}"
         r = sb.execute(command, cwd=CONTAINER_WORKDIR, timeout=timeout)
         timings["eval"] = time.monotonic() - t
         text = r.output
         if r.timed_out:  # what run_instance appends, so the log reads the same
             text += f"\n\nTimeout error: {timeout} seconds exceeded."
+        verdict = None
+        if run is not None and runs_pytest(spec.eval_script):
+            verdict = read_verdict(_read_bytes(sb, run.verdict), run.key)
+        if integrity is not None:
+            integrity.verdict = (
+                "strict runner" if verdict is not None else "log (the test command is not pytest)"
+            )
         return Evaluation(
             True, text, apply_output, apply_command=apply_command, timed_out=r.timed_out,
-            timings=timings, integrity=integrity,
+            timings=timings, integrity=integrity, verdict=verdict,
         )  # fmt: skip
     finally:
         t = time.monotonic()
@@ -146,41 +168,114 @@ def evaluate(
         timings["close"] = time.monotonic() - t
 
 
-def _read_text(sb: Sandbox, path: str) -> str | None:
-    """A file of the repo as it is now (the base commit, before the patch), or None."""
+def _read_bytes(sb: Sandbox, path: str) -> bytes | None:
     try:
-        return sb.read_file(f"{CONTAINER_WORKDIR}/{path}").decode("utf-8", "replace")
+        return sb.read_file(path)
     except (OSError, SandboxError):
         return None
 
 
-_SPLIT = "//"  # not a path git can print: separates tracked from untracked names
+_SPLIT = b"\0//SWERL-SPLIT//\0"  # no path either listing can print: separates the two
 
 
-def _restore_infra(sb: Sandbox, instance: Instance) -> list[str]:
-    """Reset every test/infrastructure path the applied patch changed (e.g. through a
-    symlink, or a fuzzy apply) to the base commit; remove the ones it created."""
-    base = shlex.quote(instance.base_commit)
+def _list_tree(sb: Sandbox, base: str = "") -> Any:
+    """The repository's entries (``.git`` included); with ``base``, also the paths it tracks.
+
+    Written to a file and read back whole: a listing is never cut at the output cap."""
+    out = f"/tmp/.swerl-tree-{secrets.token_hex(6)}"
+    cmd = f"{LIST_TREE} > {out}"
+    if base:
+        cmd += (
+            f" && printf '\\0//SWERL-SPLIT//\\0' >> {out} && "
+            f"git -c core.hooksPath=/dev/null ls-tree -r -z --name-only {shlex.quote(base)} >> {out}"
+        )
+    r = sb.execute(cmd, cwd=CONTAINER_WORKDIR)
+    if not r.ok:
+        raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
+    raw = sb.read_file(out)
+    sb.execute(f"rm -f {out}", cwd="/")
+    if not base:
+        return parse_listing(raw)
+    listing, _, tracked = raw.partition(_SPLIT)
+    return parse_listing(listing), {p.decode("utf-8", "surrogateescape") for p in tracked.split(b"\0") if p}
+
+
+def _nul_list(paths: list[str]) -> bytes:
+    return b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
+
+
+def _revert(sb: Sandbox, base: str, paths: list[str], tracked: set[str]) -> None:
+    """Remove ``paths`` and check out from ``base`` those it tracks (literal, NUL-separated names)."""
+    if not paths:
+        return
+    lst = f"/tmp/.swerl-revert-{os.getpid()}-{time.monotonic_ns()}"
+    _write(sb, f"{lst}.rm", _nul_list(sorted(paths, reverse=True)))
+    _write(sb, f"{lst}.co", _nul_list(sorted(p for p in paths if p in tracked)))
     r = sb.execute(
-        f"git diff --name-only --no-renames -z {base} && printf '\\0{_SPLIT}\\0' "
-        "&& git ls-files -z --others --exclude-standard",
+        f"xargs -0 -r rm -f -- < {lst}.rm && if [ -s {lst}.co ]; then GIT_LITERAL_PATHSPECS=1 "
+        f"git -c core.hooksPath=/dev/null checkout {shlex.quote(base)} --pathspec-from-file={lst}.co "
+        f"--pathspec-file-nul; fi; rc=$?; rm -f {lst}.rm {lst}.co; exit $rc",
         cwd=CONTAINER_WORKDIR,
     )
     if not r.ok:
-        raise SandboxError(f"cannot list what the patch changed: {r.output[-500:]}")
-    changed = [p for p in r.output.split("\0") if p and p != _SPLIT]
-    bad = infra_paths(changed, instance_test_files(instance.test_patch))
-    if bad:
-        loop = (
-            f'for p in "$@"; do if git cat-file -e {base}:"$p" 2>/dev/null; '
-            f'then git checkout -q {base} -- "$p"; else rm -rf -- "$p"; fi; done'
-        )
+        raise SandboxError(f"cannot revert paths to the base commit: {r.output[-500:]}")
+
+
+def _importable(sb: Sandbox, names: set[str]) -> set[str]:
+    """Which top-level names the sandbox's interpreters import from outside the repository."""
+    if not names:
+        return set()
+    code = (
+        "import importlib.util as u, sys; sys.path = [p for p in sys.path if p and not p.startswith("
+        f"{CONTAINER_WORKDIR!r})]; print(' '.join(n for n in sys.argv[1:] if u.find_spec(n)))"
+    )
+    args = " ".join(map(shlex.quote, sorted(names)))
+    r = sb.execute(
+        f"for py in python3 python; do command -v $py >/dev/null && $py -c {shlex.quote(code)} {args}; done; true",
+        cwd="/",
+    )
+    return set(r.output.split()) & names
+
+
+def _enforce_allowlist(
+    sb: Sandbox, instance: Instance, before: dict[str, Entry], integrity: Integrity
+) -> list[str]:
+    """Revert what the allowlist refuses; record why. -> the accepted changed paths."""
+    base = instance.base_commit
+    after, tracked = _list_tree(sb, base)
+    change = classify(before, after, tracked, instance_test_files(instance.test_patch))
+    for name in _importable(sb, change.created_roots):
+        for p in list(change.accepted):
+            if top_module(p, after) == name or p.split("/")[0] == name:
+                change.accepted.remove(p)
+                change.revert[p] = f"shadows the installed module {name!r}"
+    _revert(sb, base, list(change.revert), tracked)
+    candidates = [p for p in change.untracked_new if p in change.accepted]
+    if candidates:
+        lst = f"/tmp/.swerl-ignore-{time.monotonic_ns()}"
+        _write(sb, lst, _nul_list(candidates))
         r = sb.execute(
-            f"bash -c {shlex.quote(loop)} restore {' '.join(map(shlex.quote, bad))}", cwd=CONTAINER_WORKDIR
+            f"git -c core.hooksPath=/dev/null check-ignore -z --stdin < {lst}; rm -f {lst}",
+            cwd=CONTAINER_WORKDIR,
         )
-        if not r.ok:
-            raise SandboxError(f"cannot restore test files to the base commit: {r.output[-500:]}")
-    return bad
+        ignored = [p for p in r.output.split("\0") if p in candidates]
+        for p in ignored:
+            change.accepted.remove(p)
+            change.revert[p] = "hidden by an ignore rule of the base commit"
+        _revert(sb, base, ignored, tracked)
+    integrity.reverted.update(change.revert)
+    integrity.refused += [f"{p}: {why} (cannot be restored)" for p, why in change.refuse.items()]
+    return change.accepted
+
+
+def _setup_run_dir(sb: Sandbox, instance: Instance, run: RunDir, changed: list[str]) -> None:
+    """The strict runner, its key and the base commit's config mirror, outside the repository."""
+    r = sb.execute(setup_command(run, instance.base_commit, ""), cwd=CONTAINER_WORKDIR)
+    if not r.ok:
+        raise SandboxError(f"cannot prepare the strict runner: {r.output[-500:]}")
+    _write(sb, f"{run.path}/run.py", RUNNER_SOURCE.read_bytes())
+    _write(sb, f"{run.path}/key", run.key.encode())
+    _write(sb, f"{run.path}/changed.json", json.dumps(changed).encode("utf-8", "surrogateescape"))
 
 
 def _write(sb: Sandbox, path: str, data: bytes) -> None:
@@ -190,16 +285,48 @@ def _write(sb: Sandbox, path: str, data: bytes) -> None:
         raise SandboxError(f"cannot write {path} in the sandbox: {e}") from e
 
 
-def _apply(sb: Sandbox, patch: str) -> tuple[bool, str, str]:
+_GIT_WRITTEN = "swerl: the patch fallback wrote .git"
+# Strict mode's `patch` step: in a scratch copy of HEAD outside the repository (the tree
+# the harness resets to between attempts), so nothing it does can reach the repository's
+# .git; the files it wrote (newer than the stamp) and removed are carried back, .git never.
+SCRATCH_PATCH = (
+    """set -o pipefail
+s=$1; shift
+mkdir -p "$s/t" && git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c tar.umask="$(umask)" archive HEAD | tar -C "$s/t" -xf - \
+  && touch -d '1 second ago' "$s/stamp" || exit 125
+(cd "$s/t" && "$@"); rc=$?
+if [ -e "$s/t/.git" ] || [ -L "$s/t/.git" ]; then echo '"""
+    + _GIT_WRITTEN
+    + """'; rm -rf "$s/t/.git"; fi
+if [ $rc -eq 0 ]; then
+  (cd "$s/t" && find . ! -type d -newer "$s/stamp" -printf '%P\\0') > "$s/new" || exit 125
+  git -c core.hooksPath=/dev/null ls-tree -r -z --name-only HEAD | while IFS= read -r -d '' p; do
+    [ -e "$s/t/$p" ] || [ -L "$s/t/$p" ] || printf '%s\\0' "$p"; done > "$s/gone" || exit 125
+  xargs -0 -r rm -f -- < "$s/gone" && { [ ! -s "$s/new" ] || tar -C "$s/t" --null -T "$s/new" -cf - | tar -xpf -; } || exit 125
+fi
+rm -rf "$s"; exit $rc
+"""
+)
+
+
+def _apply(sb: Sandbox, patch: str, strict: bool = False) -> tuple[bool, str, str]:
     """The harness's fallback chain, then its "already applied" reverse check.
 
+    Strict mode runs the chain's ``patch`` step (which, unlike ``git apply``, would
+    write into ``.git``) in a scratch copy of HEAD (:data:`SCRATCH_PATCH`).
     -> (applied, every attempt's output, the command that applied it or "")."""
     _write(sb, CONTAINER_PATCH_FILE, patch.encode())
     out = ""
     for attempt, cmd in enumerate(GIT_APPLY_CMDS):
         if attempt:
             sb.execute(RESET_TREE, cwd=CONTAINER_WORKDIR)
-        r = sb.execute(f"{cmd} {CONTAINER_PATCH_FILE}", cwd=CONTAINER_WORKDIR)
+        run = f"{cmd} {CONTAINER_PATCH_FILE}"
+        if strict and not cmd.startswith("git "):
+            scratch = shlex.quote(f"/tmp/.swerl-patch-{secrets.token_hex(8)}")
+            run = f"bash -c {shlex.quote(SCRATCH_PATCH)} scratch {scratch} {run}"
+        r = sb.execute(run, cwd=CONTAINER_WORKDIR)
+        if strict and r.returncode == 125:
+            raise SandboxError(f"cannot run the patch fallback in a scratch copy: {r.output[-500:]}")
         out += f"$ {cmd}\n{r.output}"
         if r.ok:
             return True, out, cmd
@@ -234,9 +361,9 @@ def grade(
 ) -> GradeResult:
     """Grade ``patch`` for ``instance`` in a fresh sandbox of its image.
 
-    ``mode``: ``official`` is swebench's verdict; ``strict`` is for training (test
-    infrastructure stripped, a skip is not a pass, see ``swerl.grading.integrity``),
-    its findings in ``GradeResult.integrity``.
+    ``mode``: ``official`` is swebench's verdict; ``strict`` is for training (changes
+    outside the source allowlist reverted, a verdict the tests cannot forge, a skip is not a
+    pass, see ``swerl.grading.integrity``), its findings in ``GradeResult.integrity``.
 
     A patch that does not apply is patch_failed, failing tests are unresolved (both
     0.0). An InfraError is retried ``retries`` times, then reported as infra_error
@@ -277,7 +404,9 @@ def grade(
         if ev.integrity is not None:
             if ev.timed_out:
                 ev.integrity.refused.append(f"tests timed out after {timeout:g} s")
-            reading = strict_reading(instance.test_spec(), patch, ev.log, status_map, ev.integrity)
+            reading = strict_reading(
+                instance.test_spec(), patch, ev.log, status_map, ev.integrity, ev.verdict
+            )
             status = GradeStatus.RESOLVED if reading.resolved else GradeStatus.UNRESOLVED
             status_map, report = reading.tests, reading.report
         tests_status = report.get("tests_status", {})

@@ -1,27 +1,23 @@
-"""Strict grading: what the agent may not touch, and a stricter reading of the log.
+"""Strict grading: what it found, and a stricter reading of the result.
 
 The official harness trusts more than a reward for RL should: a pass-to-pass test
 that is SKIPPED counts as kept, a missing test passes under ``fail_only``, only
-the test patch's own files are reset (a ``conftest.py``, pytest settings or a
-``tests/__init__.py`` written by the agent survive), and when nothing parses
-between the output markers the whole log is parsed. Strict mode is the official
-code path with a filter before (:func:`filter_patch`, :func:`infra_paths`) and a
-stricter reading after (:func:`strict_reading`); what it removed or refused is an
-:class:`Integrity` record.
+the test patch's own files are reset, and when nothing parses between the output
+markers the whole log is parsed. Strict mode is the official code path with an
+allowlist before (``swerl.grading.allowlist``), a test run the change cannot
+configure (``swerl.grading.channel``) and a stricter reading after
+(:func:`strict_reading`); what it reverted or refused is an :class:`Integrity` record.
 """
 
 from __future__ import annotations
 
 import enum
-import fnmatch
 import os
-import re
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swebench.harness.constants import (
     END_TEST_OUTPUT,
@@ -33,44 +29,17 @@ from swebench.harness.constants import (
 )
 from swebench.harness.grading import SUITE_RAN, get_eval_report, parse_test_exit_code
 from swebench.harness.log_parsers import PARSER_REGISTRY
-from unidiff import PatchSet
-from unidiff.errors import UnidiffParseError
 
 from swerl.errors import ConfigError
 from swerl.tasks.eval_script import test_files
+
+if TYPE_CHECKING:
+    from swerl.grading.channel import Verdict
 
 # Test runner settings for every strict run: no user site-packages (a usercustomize
 # or .pth there), no pytest cache (state carried between runs). Prefixed to the
 # eval script's command, so any backend gets them.
 STRICT_PREFIX = 'PYTHONNOUSERSITE=1 PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }-p no:cacheprovider" '
-
-TEST_DIR = "tests"
-"""Always a test directory; ``test``/``testing`` only where the instance keeps tests
-(``django/test`` and ``numpy/testing`` are library code)."""
-INFRA_NAMES = {
-    "conftest.py": "pytest conftest",
-    "pytest.ini": "pytest configuration",
-    ".pytest.ini": "pytest configuration",
-    "pytest.toml": "pytest configuration",
-    ".pytest.toml": "pytest configuration",
-    "tox.ini": "tox/pytest configuration",
-    "sitecustomize.py": "interpreter start-up hook",
-    "usercustomize.py": "interpreter start-up hook",
-    "entry_points.txt": "plugin entry points",
-}
-INFRA_GLOBS = {
-    "*.pth": "interpreter start-up hook (.pth)",
-    "test_*.py": "test file",
-    "*_test.py": "test file",
-}
-# Top-level modules that would shadow the test runner (``python -m pytest`` puts the
-# repo root first on sys.path).
-RUNNER_MODULES = frozenset(
-    {"pytest", "_pytest", "pluggy", "py", "pytest.py", "_pytest.py", "pluggy.py", "py.py"}
-)
-# Files where only the pytest part is infrastructure: their hunks are filtered one by one.
-SECTIONED = frozenset({"setup.cfg", "pyproject.toml", "setup.py"})
-_HEADER = re.compile(r"^\s*\[[^\]]+\]\s*$")
 
 
 class GradingMode(str, enum.Enum):
@@ -94,12 +63,10 @@ class GradingMode(str, enum.Enum):
 
 @dataclass
 class Integrity:
-    """What strict mode removed from a patch or refused in a log (empty: nothing)."""
+    """What strict mode reverted from the change or refused in the run (empty: nothing)."""
 
-    stripped: dict[str, str] = field(default_factory=dict)
-    """Path -> why its hunks were dropped from the patch before applying it."""
-    restored: list[str] = field(default_factory=list)
-    """Test/infrastructure paths the applied patch still changed, reset to the base commit."""
+    reverted: dict[str, str] = field(default_factory=dict)
+    """Path (as the file system names it) -> why it went back to the base commit."""
     missing: list[str] = field(default_factory=list)
     """Expected tests with no result between the markers."""
     skipped: list[str] = field(default_factory=list)
@@ -110,16 +77,18 @@ class Integrity:
     """Why the log as a whole was not trusted (marker count, exit code, nothing parsed)."""
     outside_markers: bool = False
     """The official reading took results from outside the markers (its whole-log fallback)."""
+    verdict: str = ""
+    """Where the test results came from: the strict runner's keyed channel, or the log
+    (a test command that is not pytest). Not a finding."""
 
     @property
     def clean(self) -> bool:
-        return not (self.stripped or self.restored or self.missing or self.skipped or self.conflicting
+        return not (self.reverted or self.missing or self.skipped or self.conflicting
                     or self.refused or self.outside_markers)  # fmt: skip
 
     def reasons(self) -> list[str]:
         """One line per finding, for logs and error messages."""
-        out = [f"stripped {p} ({why})" for p, why in self.stripped.items()]
-        out += [f"restored {p} to the base commit" for p in self.restored]
+        out = [f"reverted {p!r} ({why})" for p, why in self.reverted.items()]
         for name, tests in (("missing", self.missing), ("skipped", self.skipped),
                             ("conflicting results for", self.conflicting)):  # fmt: skip
             if tests:
@@ -130,87 +99,6 @@ class Integrity:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-# ---------------------------------------------------------------- the filter
-def infra_reason(path: str, instance_tests: Iterable[str] = ()) -> str:
-    """Why ``path`` is test or test infrastructure ("" if it is not), by its name alone."""
-    p, tests = PurePosixPath(path), list(instance_tests)
-    if path in tests:
-        return "test file of the instance"
-    if p.parts and p.parts[0] in RUNNER_MODULES:
-        return "shadows the test runner"
-    test_dirs = {PurePosixPath(t).parent for t in tests if "test" in PurePosixPath(t).parent.name}
-    if TEST_DIR in p.parts[:-1] or any(d in p.parents for d in test_dirs):
-        return "under a test directory"
-    if any(part.endswith((".egg-info", ".dist-info")) for part in p.parts[:-1]):
-        return "package metadata (plugin entry points)"
-    if p.name in INFRA_NAMES:
-        return INFRA_NAMES[p.name]
-    return next((why for pat, why in INFRA_GLOBS.items() if fnmatch.fnmatch(p.name, pat)), "")
-
-
-def _hunk_is_pytest(hunk: Any, base_lines: list[str]) -> bool:
-    """A hunk that mentions pytest, or changes a line inside a pytest section ([tool:pytest], ...)."""
-    start = max(hunk.source_start - 1, 0)
-    section = next((ln for ln in reversed(base_lines[:start]) if _HEADER.match(ln)), "")
-    for line in hunk:
-        if "pytest" in line.value.lower():
-            return True
-        if _HEADER.match(line.value):
-            section = line.value
-        if (line.is_added or line.is_removed) and "pytest" in section.lower():
-            return True
-    return False
-
-
-def filter_patch(
-    patch: str, instance_tests: Iterable[str], read_base: Callable[[str], str | None]
-) -> tuple[str, dict[str, str]]:
-    """Drop every hunk of ``patch`` that touches tests or test infrastructure.
-
-    Returns (the patch to apply, {path: why it was stripped}). A patch with nothing
-    to strip is returned byte for byte. ``read_base(path)`` gives a file's text at
-    the base commit (None if absent), needed to know which section a hunk of a
-    setup.cfg / pyproject.toml falls in. Raises ConfigError for a patch that cannot
-    be parsed: strict mode does not apply what it cannot read.
-    """
-    try:
-        files = PatchSet(patch)
-    except UnidiffParseError as e:
-        raise ConfigError(f"strict grading cannot parse the patch: {e}") from None
-    tests = list(instance_tests)
-    kept, stripped = [], {}
-    for pf in files:
-        paths = {p[2:] if p[:2] in ("a/", "b/") else p for p in (pf.source_file, pf.target_file)} - {
-            "/dev/null"
-        }
-        why = next(filter(None, (infra_reason(p, tests) for p in sorted(paths))), "")
-        if why:
-            stripped[pf.path] = why
-            continue
-        if PurePosixPath(pf.path).name in SECTIONED and not pf.is_added_file:
-            base_lines = (read_base(pf.path) or "").splitlines()
-            dropped = [h for h in pf if _hunk_is_pytest(h, base_lines)]
-            if dropped:
-                stripped[pf.path] = f"pytest settings ({len(dropped)} of {len(pf)} hunk(s))"
-                if len(dropped) == len(pf):
-                    continue
-                for h in dropped:
-                    pf.remove(h)
-        elif PurePosixPath(pf.path).name in SECTIONED and any(_hunk_is_pytest(h, []) for h in pf):
-            stripped[pf.path] = "new file with pytest settings"
-            continue
-        kept.append(pf)
-    if not stripped:
-        return patch, {}
-    return "".join(str(pf) for pf in kept), stripped
-
-
-def infra_paths(changed: Iterable[str], instance_tests: Iterable[str]) -> list[str]:
-    """Which changed paths (as the tree sees them after applying) are test infrastructure."""
-    tests = list(instance_tests)
-    return sorted(p for p in changed if infra_reason(p, tests))
 
 
 def instance_test_files(test_patch: str) -> list[str]:
@@ -254,7 +142,12 @@ class StrictReading:
 
 
 def strict_reading(
-    spec: Any, patch: str, log: str, official_tests: dict[str, str], integrity: Integrity
+    spec: Any,
+    patch: str,
+    log: str,
+    official_tests: dict[str, str],
+    integrity: Integrity,
+    verdict: Verdict | None = None,
 ) -> StrictReading:
     """Read ``log`` strictly; findings go into ``integrity``.
 
@@ -265,6 +158,10 @@ def strict_reading(
     ``fail_only`` (parsers that record only failures) presence cannot be required,
     so the test command must exit 0 or its output show that the suite ran
     (swebench's own ``SUITE_RAN`` evidence): a run that never got going is refused.
+
+    With a ``verdict`` from the strict runner (pytest runs), each expected test's
+    status is the runner's, presence is required whatever the eval type, the log may
+    only disagree for the worse, and the runner's refusals are the grade's.
     """
     parser = PARSER_REGISTRY[spec.log_parser]
     starts, ends = log.count(START_TEST_OUTPUT), log.count(END_TEST_OUTPUT)
@@ -285,11 +182,15 @@ def strict_reading(
         report = get_eval_report(spec, pred, f.name, include_tests_status=True)[spec.instance_id]
     finally:
         os.unlink(f.name)
-    tests = parser(sliced, spec) if sliced else {}
-    integrity.outside_markers = bool(official_tests) and official_tests != tests
-    if not report["patch_successfully_applied"] and not integrity.refused:
+    logged = parser(sliced, spec) if sliced else {}
+    integrity.outside_markers = bool(official_tests) and official_tests != logged
+    tests = logged
+    if verdict is not None:
+        integrity.refused += verdict.refused
+        tests = verdict.tests
+    if not report["patch_successfully_applied"] and not integrity.refused and not (verdict and verdict.tests):
         integrity.refused.append("no trustworthy test results between the markers")
-    fail_only = EvalType(spec.eval_type) is EvalType.FAIL_ONLY
+    fail_only = EvalType(spec.eval_type) is EvalType.FAIL_ONLY and verdict is None
     expected = [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS]
     conflicting = _conflicts(sliced, parser, spec, set(expected)) if sliced else set()
     lists: dict[str, dict[str, list[str]]] = {}
@@ -301,6 +202,9 @@ def strict_reading(
                 integrity.missing.append(case)
             elif status in (TestStatus.SKIPPED.value, TestStatus.XFAIL.value):
                 integrity.skipped.append(case)
+            said = _status(case, logged) if verdict is not None else None
+            if said not in (None, TestStatus.PASSED.value) and status == TestStatus.PASSED.value:
+                conflicting.add(case)  # the runner says passed, the log says otherwise
             if case in conflicting:
                 integrity.conflicting.append(case)
             good = status == TestStatus.PASSED.value or (fail_only and status is None)

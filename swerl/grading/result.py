@@ -52,7 +52,7 @@ class GradeResult:
     mode: str = "official"
     """``official`` (swebench's verdict) or ``strict`` (see swerl.grading.integrity)."""
     integrity: Integrity | None = None
-    """Strict mode only: what it stripped, restored or refused."""
+    """Strict mode only: what it reverted or refused."""
     apply_command: str = ""
     """The harness's ``git apply`` command that applied the patch, as run_instance logs it."""
     apply_output: str = ""

@@ -29,6 +29,7 @@ from swerl.errors import ConfigError, InfraError
 from swerl.integrations.common import trainer_tokens
 from swerl.integrations.hf import HFGenerator
 from swerl.policies.model import ModelPolicy
+from swerl.rollout.checks import tail, warn_if_no_valid_action
 from swerl.rollout.runner import RolloutRunner
 from swerl.tasks.instance import Instance, load_instances
 
@@ -122,8 +123,9 @@ class SwerlRollout:
         if failed:
             raise InfraError(
                 f"{len(failed)} episode(s) failed on infrastructure after retries, e.g. "
-                f"{failed[0].task_id}#{failed[0].attempt}: {failed[0].error[-300:]}"
+                f"{failed[0].task_id}#{failed[0].attempt}: {tail(failed[0].error)}"
             )
+        warn_if_no_valid_action(ordered, self.max_new_tokens)
         out = rollout_batch(ordered)
         self.timings["rollout"].append(time.perf_counter() - t0)
         self.timings["generation"].append(sum(self._generating))

@@ -136,11 +136,9 @@ class LLMPolicy:
         if self._client is None:
             from openai import OpenAI
 
-            key = os.environ.get(self.api_key_env)
-            if key is None:
-                raise ConfigError(
-                    f"LLMPolicy: environment variable {self.api_key_env} is not set where the policy runs"
-                )
+            # A local server (vLLM, SGLang) usually has no key: send a placeholder, as their docs do;
+            # a server that wants one answers 401, which the rollout's preflight reports.
+            key = os.environ.get(self.api_key_env) or "EMPTY"
             self._client = OpenAI(
                 base_url=self.base_url, api_key=key, timeout=self.timeout, max_retries=self.max_retries
             )
@@ -367,7 +365,9 @@ class LLMPolicy:
             raise PolicyError(f"the model server's answer has no choices: {str(resp)[:200]}")
         if _extra(choices[0], "token_ids") is None:
             return self._no_tokens("the server returned no sampled token ids (return_token_ids)")
-        self.mode = "tokens"
+        if self.mode != "tokens":
+            log.info("LLMPolicy runs token-in/token-out (/v1/completions on ids) at %s", self.base_url)
+            self.mode = "tokens"
         return resp
 
     def _no_tokens(self, why: str) -> None:

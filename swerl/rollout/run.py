@@ -26,6 +26,7 @@ from swerl.episode import Episode, JsonlSink
 from swerl.errors import BackendUnavailable, ConfigError, SwerlError
 from swerl.policies.registry import make_policy
 from swerl.progress import RunProgress
+from swerl.rollout.checks import no_valid_action_warning
 from swerl.rollout.runner import RolloutRunner
 from swerl.sandbox.base import SandboxConfig
 from swerl.tasks.instance import load_instances, select
@@ -125,6 +126,56 @@ def _local_ray(cfg: RolloutConfig) -> bool:
     return not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))
 
 
+def place_of(cfg: RolloutConfig) -> dict[str, Any]:
+    """The kind of place a run runs on: a Ray this process starts, or a cluster it joins (and which)."""
+    if _local_ray(cfg):
+        return {"kind": "local", "ray_address": None}
+    return {"kind": "cluster", "ray_address": cfg.ray.address or os.environ.get("RAY_ADDRESS")}
+
+
+def previous_place(out: Any) -> dict[str, Any] | None:
+    """Where the run already in ``out`` ran (its summary.json), None if it does not say."""
+    try:
+        place = json.loads((out / "summary.json").read_text()).get("place")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return place if isinstance(place, dict) and place.get("kind") else None
+
+
+def _describe_place(place: dict[str, Any]) -> str:
+    if place["kind"] == "local":
+        return "a local Ray on this machine"
+    return f"the Ray cluster at {place.get('ray_address') or '?'}"
+
+
+def check_place(cfg: RolloutConfig, resume_anyway: bool = False) -> str:
+    """Refuse (ConfigError) to resume a run made on another kind of place; returns what is reused.
+
+    A laptop run resumed on a cluster would report the laptop's episodes as done and run
+    nothing there, and a file would hold episodes of two places under one run.
+    """
+    before, now = previous_place(cfg.out), place_of(cfg)
+    if before is None or not (cfg.out / "episodes.jsonl").exists():
+        return ""
+    if before["kind"] != now["kind"] and not resume_anyway:
+        raise ConfigError(
+            f"{cfg.out} holds a run made on {_describe_place(before)}; this run would be on "
+            f"{_describe_place(now)}, and resuming would count the other place's episodes as done. "
+            "Use another name or output_dir, or pass --resume-anyway to reuse them"
+        )
+    return _describe_place(before)
+
+
+def joined(place: dict[str, Any]) -> str:
+    """One line saying which Ray this run is on, once it is connected."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    gcs = ray.get_runtime_context().gcs_address
+    kind = "a local Ray" if place["kind"] == "local" else "joined the Ray cluster"
+    return f"Ray: {kind} at {gcs} ({len(nodes)} node(s))"
+
+
 class SigtermAsInterrupt:
     """SIGTERM (``ray job stop``, ``scancel``, ``kill``) stops the run like Ctrl-C: saved, sandboxes closed.
 
@@ -193,6 +244,8 @@ def run_config(
     out = cfg.out
     runner = build_runner(cfg)  # bad task ids, policy options: ConfigError before anything is written
     changes = resume_changes(cfg)
+    reused_from = check_place(cfg, resume_anyway)
+    place = place_of(cfg)
     if changes and not resume_anyway:
         raise ConfigError(
             f"{out} holds a run made with another config; resuming would mix the two. Changed: "
@@ -200,9 +253,10 @@ def run_config(
             + ". Use another name or output_dir, or pass --resume-anyway"
         )
     if _local_ray(cfg):
-        from swerl.preflight import preflight
+        from swerl.preflight import check_policy, preflight
 
         preflight(cfg.backend.name, cfg.backend.options, runner.tasks, cfg.tasks)
+        check_policy(cfg.policy.name, cfg.policy.options)
     out.mkdir(parents=True, exist_ok=True)
     if changes:  # resuming anyway: keep the config the earlier episodes were made with
         (out / "config.yaml").rename(out / f"config.before-{int(time.time())}.yaml")
@@ -212,9 +266,50 @@ def run_config(
     previous = {k: e for k, e in _latest(cfg, runner).items() if not e.infra_error}
     total = len(runner.tasks) * runner.attempts
     if previous:
-        progress.message(f"resuming: {len(previous)} of {total} episode(s) done")
+        made = f", made on {reused_from}" if reused_from else ""
+        progress.message(f"resuming: {len(previous)} of {total} episode(s) done{made}")
     t0 = time.monotonic()
     new: list[Episode] = []
+    interrupted: Interrupted | None = None
+    if len(previous) >= total:  # nothing to run: no Ray to start
+        progress.message(
+            f"nothing to run: every episode is in {out}/episodes.jsonl "
+            "(another name or output_dir runs it again)"
+        )
+    else:
+        interrupted = _run(runner, progress, previous, total, place, new)
+    summary = summarize(list(_latest(cfg, runner).values()), time.monotonic() - t0) | {
+        "run_id": runner.run_id,
+        "new_episodes": len(new),
+        "output_dir": str(out),
+        "interrupted": interrupted is not None,
+        "place": place if new else (previous_place(out) or place),  # where its episodes were made
+        **cluster_summary(runner, new),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    warning = no_valid_action_warning(new)
+    if warning:
+        progress.message(f"warning: {warning}")
+    if interrupted is not None:
+        name = signal.Signals(interrupted.signum).name
+        done = len(previous) + len([e for e in new if not e.infra_error])
+        interrupted.message = (
+            f"interrupted by {name}: {done} of {total} episode(s) saved in {out}/episodes.jsonl, "
+            f"sandboxes removed. Resume with: {resume_hint or 'the same command (same config and output_dir)'}"
+        )
+        raise interrupted
+    return summary
+
+
+def _run(
+    runner: RolloutRunner,
+    progress: RunProgress,
+    previous: dict[tuple[str, int], Episode],
+    total: int,
+    place: dict[str, Any],
+    new: list[Episode],
+) -> Interrupted | None:
+    """Start Ray and the actors, stream the episodes into ``new``; what stopped it, if a signal did."""
     interrupted: Interrupted | None = None
     with SigtermAsInterrupt() as signals:
         try:
@@ -226,7 +321,7 @@ def run_config(
             try:
                 start_ray(runner)
                 progress.message(
-                    f"Ray and {runner.num_actors} actor(s) ready in {time.monotonic() - t_ray:.1f} s"
+                    f"{joined(place)}; {runner.num_actors} actor(s) ready in {time.monotonic() - t_ray:.1f} s"
                 )
                 signals.reinstall()  # ray.init took SIGTERM over
                 progress.start(
@@ -242,23 +337,7 @@ def run_config(
             interrupted = signals.interrupted(e)
         finally:
             progress.stop()
-    summary = summarize(list(_latest(cfg, runner).values()), time.monotonic() - t0) | {
-        "run_id": runner.run_id,
-        "new_episodes": len(new),
-        "output_dir": str(out),
-        "interrupted": interrupted is not None,
-        **cluster_summary(runner, new),
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    if interrupted is not None:
-        name = signal.Signals(interrupted.signum).name
-        done = len(previous) + len([e for e in new if not e.infra_error])
-        interrupted.message = (
-            f"interrupted by {name}: {done} of {total} episode(s) saved in {out}/episodes.jsonl, "
-            f"sandboxes removed. Resume with: {resume_hint or 'the same command (same config and output_dir)'}"
-        )
-        raise interrupted
-    return summary
+    return interrupted
 
 
 def summarize(episodes: list[Episode], wall: float) -> dict[str, Any]:

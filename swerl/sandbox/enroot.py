@@ -43,8 +43,10 @@ unnamed container (Pyxis removes it when the step ends), srun's stdin/stdout car
 command server. Preconditions: Enroot and Pyxis on the nodes; the image cache readable from
 them (a shared ``cache_dir``: ``pyxis_image: dockerd://...`` re-imports on every srun);
 SLURM_JOB_ID set (run inside ``salloc``/``sbatch``). Pyxis ignores ENROOT_*_PATH (the
-node's enroot settings apply) and its containers share the host's pids and network, so
-``network_isolation`` must be ``none``.
+node's enroot settings apply) and its containers share the host's network, so
+``network_isolation`` must be ``none``; swerl adds a pid namespace inside the container
+(``unshare``). Limits go to ``srun --mem``/``--cpus-per-task`` where Slurm enforces them,
+else the config is refused (``pyxis_limit_args``). No syscall filter there.
 
 The binary is ``enroot`` on PATH, or ``$SWERL_ENROOT``, or the ``enroot`` option.
 Every failure or timeout of enroot or srun is a SandboxError carrying its stderr.

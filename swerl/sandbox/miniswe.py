@@ -207,6 +207,17 @@ def _failed(output: str, info: str, exception_type: str, exception: str) -> dict
     return {"output": output, "returncode": -1, "exception_info": info, "extra": extra}
 
 
+SANDBOX_MAKING_KEYS = (
+    "container_timeout",
+    "run_args",
+    "sandbox_config",
+    "backend",
+    "backend_options",
+    "executable",
+)
+"""Keys that only shape a sandbox swerl makes, so they do nothing with ``sandbox=``."""
+
+
 class MiniSweEnvironment:
     """A mini-swe-agent Environment on a swerl sandbox it creates and owns, or is given."""
 
@@ -227,6 +238,12 @@ class MiniSweEnvironment:
                     f"image {kwargs['image']!r} differs from the given sandbox's {sandbox.image!r}"
                 )
             kwargs["image"] = sandbox.image
+            made = [k for k in SANDBOX_MAKING_KEYS if k in kwargs]
+            if made:  # they shape a sandbox swerl makes; a given one is already made
+                self.logger.warning(
+                    "ignoring %s: the given sandbox is already made (they apply when swerl makes one)",
+                    ", ".join(made),
+                )
         try:
             self.config = config_class(**kwargs)
         except ValidationError as e:

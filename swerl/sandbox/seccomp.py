@@ -92,7 +92,7 @@ def _binding():
     except (ImportError, OSError, RuntimeError) as e:  # pyseccomp raises when libseccomp is missing
         raise BackendUnavailable(
             "the enroot backend filters syscalls like Docker's default seccomp profile and needs "
-            f"libseccomp and its Python binding (`pip install 'swerl[enroot]'`, apt libseccomp2): {e}"
+            f"libseccomp and its Python binding (pyseccomp, the `enroot` extra, and apt libseccomp2): {e}"
         ) from e
     return pyseccomp
 

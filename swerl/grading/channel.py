@@ -1,0 +1,136 @@
+"""Strict grading's test run: an eval script the change cannot configure, a verdict it cannot forge.
+
+The instance's eval script runs unchanged but for a preamble: every ``git`` it runs
+has hooks and fsmonitor off (``core.hooksPath=/dev/null`` through
+``GIT_CONFIG_PARAMETERS``), no user site-packages, and ``pytest`` / ``py.test`` /
+``python -m pytest`` / ``python3 -m pytest`` are shell functions that start
+:mod:`swerl.grading.strict_runner` from a directory outside the repository
+instead. That runner pins the base commit's pytest configuration, enables the base
+environment's plugins by name with auto-loading off, and writes each test's
+outcome, HMAC-chained with a key only the grader and the runner hold, to a file
+descriptor it opens before collection. :func:`read_verdict` verifies the chain
+and its closing record; without them a pytest run is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
+
+RUNNER_SOURCE = Path(__file__).with_name("strict_runner.py")
+PYTEST_COMMAND = re.compile(
+    r"^\s*(?:\w+=\S*\s+)*(?:pytest|py\.test|python3?(?:\.\d+)?\s+-m\s+pytest)(?:\s|$)", re.M
+)
+CONFIG_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+
+
+@dataclass
+class RunDir:
+    """Where strict grading's runner lives in the sandbox (outside the repository), and its key."""
+
+    path: str
+    key: str = field(default_factory=lambda: secrets.token_hex(32))
+
+    @classmethod
+    def new(cls) -> RunDir:
+        return cls(f"/tmp/.swerl-strict-{secrets.token_hex(8)}")
+
+    @property
+    def verdict(self) -> str:
+        return f"{self.path}/verdict"
+
+
+def runs_pytest(eval_script: str) -> bool:
+    """Whether the test command between the markers starts pytest in a way the preamble catches."""
+    body = eval_script.split(START_TEST_OUTPUT, 1)[-1].split(END_TEST_OUTPUT, 1)[0]
+    return bool(PYTEST_COMMAND.search(body))
+
+
+def preamble(run: RunDir) -> str:
+    """Shell lines put before the eval script's own (after its shebang and ``set`` line)."""
+    runner = shlex.quote(f"{run.path}/run.py")
+    return f"""\
+export GIT_CONFIG_PARAMETERS="'core.hooksPath=/dev/null' 'core.fsmonitor=false'"
+export PYTHONNOUSERSITE=1
+_swerl_pytest() {{ local py="$1" mode="$2"; shift 2
+  if "$py" -P -c '' 2>/dev/null; then "$py" -P -s {runner} "$mode" "$@"; else "$py" -s {runner} "$mode" "$@"; fi; }}
+_swerl_script_python() {{ local s; s="$(type -P "$1")" && sed -n '1s/^#! *//p' "$s" | awk '{{n=split($1,a,"/"); print (a[n]=="env") ? $2 : $1}}'; }}
+pytest() {{ _swerl_pytest "$(_swerl_script_python pytest || echo python3)" script "$@"; }}
+py.test() {{ _swerl_pytest "$(_swerl_script_python py.test || echo python3)" script "$@"; }}
+python() {{ if [ "${{1-}}" = -m ] && [ "${{2-}}" = pytest ]; then shift 2; _swerl_pytest "$(type -P python)" module "$@"; else command python "$@"; fi; }}
+python3() {{ if [ "${{1-}}" = -m ] && [ "${{2-}}" = pytest ]; then shift 2; _swerl_pytest "$(type -P python3)" module "$@"; else command python3 "$@"; fi; }}
+"""
+
+
+def strict_script(eval_script: str, run: RunDir) -> str:
+    """The eval script with the preamble after its first lines (shebang, ``set``)."""
+    lines = eval_script.splitlines(keepends=True)
+    head = 0
+    while head < len(lines) and (lines[head].startswith("#!") or lines[head].startswith("set ")):
+        head += 1
+    return "".join(lines[:head]) + preamble(run) + "".join(lines[head:])
+
+
+def setup_command(run: RunDir, base_commit: str, changed_json: str) -> str:
+    """Make the run directory: the base commit's pytest config files mirrored under ``base/``."""
+    d = shlex.quote(run.path)
+    names = " ".join(f"-e {shlex.quote('(^|/)' + re.escape(n) + '$')}" for n in CONFIG_NAMES)
+    return (
+        f"mkdir -p {d}/base && chmod 700 {d} && "
+        f"git -c core.hooksPath=/dev/null ls-tree -r --name-only {shlex.quote(base_commit)} "
+        f'| grep -E {names} | while IFS= read -r p; do mkdir -p {d}/base/"$(dirname "$p")" && '
+        f'git cat-file blob {shlex.quote(base_commit)}:"$p" > {d}/base/"$p"; done; true'
+    )
+
+
+@dataclass
+class Verdict:
+    """What the runner reported: each test's status, how it ended, and what it refused."""
+
+    tests: dict[str, str] = field(default_factory=dict)
+    sessions: int = 0
+    closed: int = 0
+    refused: list[str] = field(default_factory=list)
+
+
+def read_verdict(raw: bytes | None, key: str) -> Verdict:
+    """Verify the chained records; anything unverifiable is a refusal, never a result."""
+    v = Verdict()
+    if raw is None:
+        v.refused.append("the test run left no verdict (the strict runner never started)")
+        return v
+    mac, k = "", key.encode()
+    for n, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
+        try:
+            rec = json.loads(line)
+            payload = json.dumps(rec["r"], sort_keys=True)
+        except (ValueError, KeyError, TypeError):
+            v.refused.append(f"verdict line {n} is not a record")
+            return v
+        if rec["r"].get("start"):
+            mac = ""
+        want = hmac.new(k, (mac + payload).encode(), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(want, str(rec.get("mac", ""))):
+            v.refused.append(f"verdict line {n} does not carry the grader's key (forged or reordered)")
+            return v
+        mac, r = want, rec["r"]
+        if r.get("start"):
+            v.sessions += 1
+        elif r.get("end"):
+            v.closed += 1
+            v.refused += [f"strict runner: {t}" for t in r.get("tampered", [])]
+        elif "test" in r:
+            v.tests[r["test"]] = r["status"]
+    if not v.sessions:
+        v.refused.append("the test run left no verdict (the strict runner never started)")
+    elif v.closed < v.sessions:
+        v.refused.append("the test process ended without the strict runner's closing record")
+    return v
