@@ -536,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default=None, help="where the PNGs go (default: RUN_DIR)")
 
     p = add(sub, "reap", cmd_reap, "remove leftover swerl sandboxes: one run's (--run-id), orphans or --all")
-    p.add_argument("--run-id", default=None, help="this run's sandboxes (a run prints its id at start)")
+    p.add_argument("--run-id", default=None, help="this run's sandboxes (ID and ID-..., its parts)")
     p.add_argument("--orphans", action="store_true", help="those whose creating process died")
     p.add_argument("--all", action="store_true", help="every swerl container on the daemon, others' too")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
