@@ -125,6 +125,19 @@ def pip_install_verl() -> None:
     sh(*pip, "--no-deps", *VERL_NO_DEPS)
 
 
+# SkyRL's trainer package pins transformers<=5.8 (the train extra pins 5.17), so it gets a venv
+# of its own that sees this Python's packages; tests/test_skyrl.py checks SkyRL's config path in it.
+SKYRL_VENV = Path.home() / ".cache" / "swerl" / "skyrl-venv"
+SKYRL_PACKAGES = ["skyrl==0.3.0", "loguru==0.7.3"]
+
+
+def make_skyrl_venv() -> None:
+    python = SKYRL_VENV / "bin" / "python"
+    if not python.exists():
+        sh(sys.executable, "-m", "venv", "--system-site-packages", str(SKYRL_VENV))
+    sh(str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *SKYRL_PACKAGES)
+
+
 SLURM_NODES = 2
 """Slurm node names on this one machine (``slurmd -N NAME``, each on its own port), so an
 allocation spans two nodes for real: the first is the hostname, then ``HOST-2``, ..."""
@@ -318,6 +331,7 @@ def test(args: argparse.Namespace) -> int:
     pip_install("test,train")  # train: torch (CPU build, pinned in pyproject.toml), transformers, trl
     vllm = start_vllm_venv()  # a few minutes: meanwhile verl and the images
     pip_install_verl()
+    make_skyrl_venv()
     install_harbor_venv()
     build_images()
     vllm.join()

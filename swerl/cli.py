@@ -80,6 +80,28 @@ def cmd_tasks_validate(args: argparse.Namespace) -> int:
     return EXIT_FAILED if count_mismatches(rows) else EXIT_OK
 
 
+def cmd_tasks_synth(args: argparse.Namespace) -> int:
+    from swerl.tasks.synth import ModelWriter, synthesize
+
+    writer = (
+        ModelWriter(args.model_url, args.model, os.environ.get("SWERL_SYNTH_API_KEY", ""))
+        if args.model_url
+        else None
+    )
+    methods = ("inject", "mine") if args.method == "both" else (args.method,)
+    report = synthesize(
+        args.repos, args.out, methods=methods, max_candidates=args.max_candidates,
+        per_function=args.per_function, workers=args.workers, use_ray=not args.no_ray, writer=writer,
+    )  # fmt: skip
+    lines = [
+        f"{r.repo}: {r.method_counts} {('error: ' + r.error) if r.error else ''}".rstrip()
+        for r in report.repos
+    ]
+    lines.append(f"{report.validated} validated tasks in {report.seconds:.0f} s -> {args.out}/tasks.jsonl")
+    _emit(args, report.to_dict(), "\n".join(lines))
+    return EXIT_OK if report.validated else EXIT_FAILED
+
+
 def cmd_tasks_export(args: argparse.Namespace) -> int:
     from swerl.tasks.export import export_all
     from swerl.tasks.instance import select
@@ -422,6 +444,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory to write one folder per task into")
     p.add_argument("--task", action="append", default=None, help="only this instance id (repeatable)")
     _source_flag(p)
+    p = add(
+        tasks,
+        "synth",
+        cmd_tasks_synth,
+        "synthesize validated tasks from repositories (bug injection, history)",
+    )
+    p.add_argument(
+        "repos", nargs="+", metavar="REPO", help="pypi:NAME[==VER], an sdist, a directory or a git bundle"
+    )
+    p.add_argument(
+        "--out", required=True, help="suite directory to write (tasks.jsonl, swebench.jsonl, repos/)"
+    )
+    p.add_argument("--method", choices=("inject", "mine", "both"), default="both")
+    p.add_argument(
+        "--max-candidates", type=int, default=None, help="mutants probed per repository (default: all)"
+    )
+    p.add_argument("--per-function", type=int, default=3, help="mutants sampled per function")
+    p.add_argument("--workers", type=int, default=2, help="sandboxes at once")
+    p.add_argument("--no-ray", action="store_true", help="threads of this process instead of Ray tasks")
+    p.add_argument(
+        "--model-url", help="OpenAI-compatible /v1 URL writing problem statements (default: template)"
+    )
+    p.add_argument("--model", default="default", help="model name for --model-url")
 
     p = add(sub, "rollout", cmd_rollout, "run a rollout config; episodes stream to OUTPUT_DIR/episodes.jsonl")
     p.add_argument(
@@ -491,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default=None, help="where the PNGs go (default: RUN_DIR)")
 
     p = add(sub, "reap", cmd_reap, "remove leftover swerl sandboxes: one run's (--run-id), orphans or --all")
-    p.add_argument("--run-id", default=None, help="this run's sandboxes (a run prints its id at start)")
+    p.add_argument("--run-id", default=None, help="this run's sandboxes (ID and ID-..., its parts)")
     p.add_argument("--orphans", action="store_true", help="those whose creating process died")
     p.add_argument("--all", action="store_true", help="every swerl container on the daemon, others' too")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")

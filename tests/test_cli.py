@@ -108,12 +108,18 @@ def test_reap_reports_what_it_removed(base_image, docker_client):
     from swerl.sandbox.base import SandboxConfig
     from swerl.sandbox.docker import DockerSandbox
 
-    sb = DockerSandbox(base_image, SandboxConfig(run_id="test-cli-reap")).start()
+    # a run's own sandbox, one of an actor of the run and one of an integration's episode
+    # runner (RUN-a1, RUN-<episode>-a1), and another run's whose id only starts the same
+    ids = ["test-cli-reap", "test-cli-reap-a1", "test-cli-reap-0c1d2e3f-a1", "test-cli-reaper"]
+    sbs = [DockerSandbox(base_image, SandboxConfig(run_id=i)).start() for i in ids]
     try:
         r = run_cli("reap", "--run-id", "test-cli-reap", "--json")
-        assert r.returncode == 0 and json.loads(r.stdout) == {"removed": 1}
+        assert r.returncode == 0 and json.loads(r.stdout) == {"removed": 3}
+        r = run_cli("reap", "--run-id", "test-cli-reaper", "--dry-run", "--json")
+        assert [c["run_id"] for c in json.loads(r.stdout)["would_remove"]] == ["test-cli-reaper"]
     finally:
-        sb.close()
+        for sb in sbs:
+            sb.close()
 
 
 def test_infra_error_has_its_own_exit_code(monkeypatch, tmp_path, capsys):

@@ -7,15 +7,18 @@ Two loops run side by side on the same envs (``--envs`` in flight):
 
 - ``trl-sync``: TRL's GRPOTrainer with swerl's ``rollout_func``; each step waits
   for its whole batch of episodes (``--envs`` of them), then runs the optimizer.
-- ``async``: RolloutRunner streams GRPO groups with ``max_staleness=1``; the
-  trainer updates on each group as it arrives (a plain policy-gradient step with
-  group-normalised advantages on the exact token layout) while the envs keep
-  running the episodes already in flight.
+- ``async``: RolloutRunner streams GRPO groups with ``max_staleness=1``, pulled by a
+  background thread (``swerl.rollout.prefetch.Prefetch``); the trainer updates on each
+  group as it arrives (a plain policy-gradient step with group-normalised advantages
+  on the exact token layout) while the next groups' episodes run, sampled by a copy of
+  the model that the trainer syncs after each update (``HFGenerator.load_weights``).
 
 Per batch of ``--envs`` episodes, the wall time is split into generation (the
 model sampling actions, in the driver), environment and grading (the trainer
 blocked on the actors; the grading part is that wait times the episodes' share
-of time spent grading), and optimizer (everything the trainer computes). The
+of time spent grading), and optimizer (everything the trainer computes). In the
+async loop generation runs beside the trainer, so its trainer-side generation is 0
+and the environment column is the time the trainer blocked waiting for a group. The
 first step (actors starting) is left out.
 """
 
@@ -120,12 +123,15 @@ def run_trl(tasks, model_dir: str, envs: int, steps: int, tokens: int, sink: str
 
 
 def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int) -> list:
+    import copy
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from swerl.integrations.hf import HFGenerator
     from swerl.policies.formats import PatchMenu
     from swerl.policies.model import ModelPolicy
+    from swerl.rollout.prefetch import Prefetch
     from swerl.rollout.runner import RolloutRunner
 
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -134,48 +140,62 @@ def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int) -> lis
     gen_seconds: list[float] = []
 
     class Timed(HFGenerator):
-        def generate(self, prompts):
+        def generate(self, prompts, max_new_tokens=None):
             t = time.perf_counter()
             try:
-                return super().generate(prompts)
+                return super().generate(prompts, max_new_tokens)
             finally:
                 gen_seconds.append(time.perf_counter() - t)
 
-    policy = ModelPolicy(Timed(model, tok, max_new_tokens=tokens), "Fix the issue.", PatchMenu())
+    # the sampler is a copy the trainer syncs after each update, so it samples while the optimizer steps
+    sampler = Timed(copy.deepcopy(model), tok, max_new_tokens=tokens)
+    policy = ModelPolicy(sampler, "Fix the issue.", PatchMenu())
     runner = RolloutRunner(
         tasks,
         policy,
         num_actors=max(1, envs // 8),
         envs_per_actor=min(8, envs),
-        attempts=4 * math.ceil(groups / len(tasks)),
+        attempts=4 * math.ceil((groups + envs // 4) / len(tasks)),
         group=True,
         max_staleness=1,
         run_id=f"bench-train-async-{os.getpid()}",
     )
     taken: list[Episode] = []
     opt_s = 0.0
-    with runner:
-        stream = runner.stream()
-        first = next(stream)  # actors started, first group in
-        t0, g0 = time.perf_counter(), len(gen_seconds)
-        for n, group in enumerate(itertools.chain([first], stream)):
+    per_step = envs // 4  # groups per optimizer step: one batch of `envs` episodes, as TRL's step
+    with runner, Prefetch(runner.stream(), ahead=per_step) as stream:
+        it = iter(stream)
+        first = next(it)  # actors started, first group in
+        t0, g0, w0 = time.perf_counter(), len(gen_seconds), stream.waited
+        batch: list[list[Episode]] = []
+        for n, group in enumerate(itertools.chain([first], it)):
             if n >= groups:
                 break
+            batch.append(group)
+            if len(batch) < per_step and n + 1 < groups:
+                continue
             t = time.perf_counter()
-            _grpo_step(model, opt, [e for e in group if e.reward is not None])
+            for g in batch:
+                _grpo_step(model, opt, [e for e in g if e.reward is not None], step=False)
+            opt.step()
+            opt.zero_grad()
+            sampler.load_weights(model)
             runner.set_policy_version(runner.policy_version + 1)
-            if n:
+            if n >= per_step:  # the first batch (actors starting) is left out
                 opt_s += time.perf_counter() - t
-                taken.extend(group)
+                taken.extend(e for g in batch for e in g)
+            batch = []
         wall = time.perf_counter() - t0
+        wait = stream.waited - w0
         stale = runner.stats["stale_rerun"]
     gen = sum(gen_seconds[g0:])
-    row = _row("async", len(taken), envs, wall, gen, wall - gen - opt_s, _grading_share(taken))
-    print(f"async: {stale} stale episodes re-run")
+    # generation runs beside the trainer here: the trainer's time is its waits and its updates
+    row = _row("async", len(taken), envs, wall, 0.0, wait, _grading_share(taken))
+    print(f"async: {stale} stale episodes re-run; the sampler generated {gen:.1f} s beside the trainer")
     return row
 
 
-def _grpo_step(model: Any, opt: Any, group: list[Episode]) -> None:
+def _grpo_step(model: Any, opt: Any, group: list[Episode], step: bool = True) -> None:
     """One policy-gradient step on a group: advantage = (reward - mean) / std, loss on model tokens."""
     import torch
 
@@ -192,8 +212,9 @@ def _grpo_step(model: Any, opt: Any, group: list[Episode]) -> None:
         resp = logp[len(t.prompt_ids) - 1 :]
         loss = loss - a * (resp * mask).sum() / mask.sum().clamp(min=1)
     (loss / len(group)).backward()
-    opt.step()
-    opt.zero_grad()
+    if step:
+        opt.step()
+        opt.zero_grad()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:
         rows = [run_trl(tasks, model_dir, args.envs, args.steps, args.max_new_tokens, f"{d}/trl.jsonl")]
-    groups = (args.steps - 1) * args.envs // 4 + 1
+    groups = args.steps * args.envs // 4  # one optimizer step per batch of --envs episodes, as TRL
     rows.append(run_async(tasks, model_dir, args.envs, groups, args.max_new_tokens))
     print(f"{args.envs} envs in flight; seconds per batch of {args.envs} episodes; {os.cpu_count()} CPUs, "
           f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}")  # fmt: skip

@@ -230,6 +230,16 @@ class SWEEnv(gym.Env[str, str]):
         self._record(record, obs, t)
         return obs, 0.0, False, False, self._info()
 
+    def stop(self, reason: str) -> tuple[str, float, bool, bool, dict]:
+        """End the episode where it is, without an action: a trainer's token budget ran out.
+
+        Truncated like a step limit (the diff so far is graded when ``grade_on_truncate``),
+        and nothing is added to the history: no action was taken.
+        """
+        if self.task is None or self.sandbox is None or self._done:
+            raise gym.error.ResetNeeded("call reset() before stop(), and again after an episode ends")
+        return self._finish(None, self._last_obs, time.monotonic(), terminated=False, reason=reason)
+
     # -------------------------------------------------------- snapshots
     def snapshot(self, full: bool = False) -> EnvSnapshot:
         """The episode so far as a small, backend-neutral record (see swerl.env.snapshot).
@@ -426,7 +436,7 @@ class SWEEnv(gym.Env[str, str]):
         )
         return patch, result
 
-    def _finish(self, record: dict, obs: str, t: float, terminated: bool, reason: str) -> tuple:
+    def _finish(self, record: dict | None, obs: str, t: float, terminated: bool, reason: str) -> tuple:
         self._done = True
         info_extra: dict[str, Any] = {"reason": reason}
         reward = 0.0
@@ -445,14 +455,18 @@ class SWEEnv(gym.Env[str, str]):
                 "timings": result.timings,
             }
         obs = truncate_middle(obs, self.limits.observation_chars)
-        self._record(record, obs, t)
+        if record is not None:
+            self._record(record, obs, t)
         self._release()
         return obs, reward, terminated, not terminated, self._info(**info_extra)
 
-    def _finish_infra(self, record: dict, error: InfraError, t: float, reason: str = "infra_error") -> tuple:
+    def _finish_infra(
+        self, record: dict | None, error: InfraError, t: float, reason: str = "infra_error"
+    ) -> tuple:
         self._done = True
         obs = f"[swerl: the sandbox failed: {error}]"
-        self._record(record, obs, t)
+        if record is not None:
+            self._record(record, obs, t)
         self._release()
         info = self._info(reason=reason, status=GradeStatus.INFRA_ERROR.value, error=str(error))
         return obs, math.nan, False, True, info

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from swerl.episode import Episode
@@ -49,7 +50,13 @@ def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
 async def run_in_thread(
     runner: RolloutRunner, work: list[tuple[str, int]] | None = None, close: bool = False
 ) -> list[Episode]:
-    """``runner.run(work)`` in a worker thread, so the event loop keeps serving the engine meanwhile."""
+    """``runner.run(work)`` in a thread of its own, so the event loop keeps serving the engine meanwhile.
+
+    Not on the loop's default executor: that pool is small (``min(32, cpus + 4)`` threads),
+    every waiting episode would hold one of its threads, and the engine's own calls often
+    need the same pool, so enough concurrent episodes deadlock it. One thread per call is
+    an executor sized to the concurrency by construction.
+    """
 
     def run() -> list[Episode]:
         try:
@@ -58,7 +65,11 @@ async def run_in_thread(
             if close:
                 runner.close()
 
-    return await asyncio.to_thread(run)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="swerl-episodes")
+    try:
+        return await asyncio.get_running_loop().run_in_executor(pool, run)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def require_reward(episode: Episode) -> float:

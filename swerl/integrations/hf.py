@@ -8,6 +8,7 @@ of the distribution sampled from (after temperature and top-k/top-p).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from swerl.policies.model import Generation
@@ -29,8 +30,24 @@ class HFGenerator:
         self.temperature = temperature
         self.top_k = top_k
         self.top_p = top_p
+        self._lock = threading.Lock()
 
-    def generate(self, prompts: list[list[int]]) -> list[Generation]:
+    def load_weights(self, model: Any) -> None:
+        """Copy ``model``'s weights into this generator's model, between two ``generate`` calls:
+        a sampler that runs while the trainer updates its own copy (``swerl.rollout.prefetch``)."""
+        import torch
+
+        with self._lock, torch.no_grad():
+            self.model.load_state_dict(model.state_dict())
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: list[int] | None = None) -> list[Generation]:
+        """One completion per prompt; ``max_new_tokens`` caps each (below this generator's own)."""
+
+        caps = [min(self.max_new_tokens, c) for c in max_new_tokens or [self.max_new_tokens] * len(prompts)]
+        with self._lock:
+            return self._generate(prompts, caps)
+
+    def _generate(self, prompts: list[list[int]], caps: list[int]) -> list[Generation]:
         import torch
 
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
@@ -48,7 +65,7 @@ class HFGenerator:
                     input_ids=ids,
                     attention_mask=mask,
                     do_sample=sample,
-                    max_new_tokens=self.max_new_tokens,
+                    max_new_tokens=max(caps),
                     pad_token_id=pad,
                     eos_token_id=eos,
                     output_scores=True,
@@ -61,7 +78,8 @@ class HFGenerator:
         finally:
             self.model.train(training)
         gens = []
-        for row, lp in zip(out.sequences[:, width:].tolist(), scores.tolist(), strict=True):
+        for row, lp, cap in zip(out.sequences[:, width:].tolist(), scores.tolist(), caps, strict=True):
+            row = row[:cap]
             n = row.index(eos) + 1 if eos in row else len(row)
             gens.append(Generation(row[:n], [float(x) for x in lp[:n]], "stop" if eos in row else "length"))
         return gens

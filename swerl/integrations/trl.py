@@ -165,3 +165,96 @@ class _TimedGenerator:
             return self.inner.generate(prompts)
         finally:
             self.seconds.append(time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------ learning shown cheaply
+class _CandidateScript:
+    """A driver policy that applies candidate ``attempt`` of the task's menu and submits."""
+
+    placement = "driver"
+
+    def __init__(self, menu: Any) -> None:
+        self.menu = menu
+
+    def start(self, task: Instance, attempt: int) -> list[str]:
+        from swerl.env import actions
+        from swerl.policies.patch_actions import patch_to_actions
+
+        patch = self.menu.start(task).candidates[attempt]
+        return [*(patch_to_actions(patch) if patch else []), actions.submit()]
+
+    def act(self, state: list[str], observation: str) -> str:
+        return state.pop(0) if len(state) > 1 else state[0]
+
+
+def grade_menu(tasks: list[Instance], menu: Any = None, **runner_kwargs: Any) -> dict[str, list[float]]:
+    """Each task's ``PatchMenu`` candidates, each applied and graded once for real through
+    ``RolloutRunner``: ``{task_id: [reward of candidate 0, 1, ...]}``. An infra error is raised."""
+    from swerl.policies.formats import PatchMenu
+
+    menu = menu or PatchMenu()
+    work = [(t.instance_id, k) for t in tasks for k in range(len(menu.start(t).candidates))]
+    with RolloutRunner(tasks, _CandidateScript(menu), **runner_kwargs) as runner:
+        episodes = runner.run(work)
+    out: dict[str, list[float]] = {t.instance_id: [0.0] * len(menu.start(t).candidates) for t in tasks}
+    for ep in episodes:
+        if ep.reward is None:
+            raise InfraError(f"grading candidate {ep.attempt} of {ep.task_id} failed: {ep.error}")
+        out[ep.task_id][ep.attempt] = ep.reward
+    return out
+
+
+class GradedMenuRollout:
+    """A ``rollout_func`` where learning is cheap enough to watch: the menu as a one-turn bandit.
+
+    The trainer's model sees the first prompt a ``ModelPolicy`` would give it (the system
+    prompt, then the task's problem statement, through the chat template) and samples one
+    token; ``PatchMenu``'s rule turns it into a candidate fix, and the reward is that
+    candidate's real swerl grade (``grade_menu``, graded once per candidate, since the same
+    patch on the same task grades the same). It is what ``SwerlRollout`` with ``PatchMenu``
+    learns, without a sandbox per sample, so a run of many GRPO steps takes seconds: the
+    evidence that the trainer, the token layout and the reward carry a signal a model learns.
+    """
+
+    def __init__(
+        self, tasks: list[Instance], rewards: dict[str, list[float]], system_prompt: str = "Fix the issue."
+    ) -> None:
+        from swerl.policies.formats import PatchMenu
+
+        self.tasks = list(tasks)
+        self.by_id = {t.instance_id: t for t in self.tasks}
+        self.rewards = rewards
+        self.system_prompt = system_prompt
+        self.menu = PatchMenu()
+
+    def dataset(self, repeat: int = 1) -> Any:
+        from datasets import Dataset
+
+        return Dataset.from_list([{"prompt": t.instance_id} for _ in range(repeat) for t in self.tasks])
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        from swerl.chat_tokens import ChatTokens
+
+        tok = trainer.processing_class
+        args = trainer.args
+        gen = HFGenerator(trainer.accelerator.unwrap_model(trainer.model), tok, max_new_tokens=1,
+                          temperature=args.temperature, top_k=args.top_k or 0, top_p=args.top_p)  # fmt: skip
+        tasks = [self.by_id[p if isinstance(p, str) else p[-1]["content"]] for p in prompts]
+        system = {"role": "system", "content": self.system_prompt}
+        firsts = [
+            ChatTokens(tok, [system, {"role": "user", "content": t.problem_statement}]).ids for t in tasks
+        ]
+        gens = gen.generate([list(p) for p in firsts])
+        choices = []
+        for t, g in zip(tasks, gens, strict=True):
+            state = self.menu.start(t)
+            self.menu.action(state, "", g.ids)
+            choices.append(state.choice)
+        return {
+            "prompt_ids": [list(p) for p in firsts],
+            "completion_ids": [g.ids for g in gens],
+            "logprobs": [g.logprobs for g in gens],
+            "swerl_reward": [self.rewards[t.instance_id][c] for t, c in zip(tasks, choices, strict=True)],
+            "task_id": [t.instance_id for t in tasks],
+            "choice": choices,
+        }

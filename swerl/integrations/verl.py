@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    _agent_loop_registry,
+    register,
+)
 
 from swerl.errors import ConfigError, PolicyError
 from swerl.integrations.common import (
@@ -85,10 +91,11 @@ class ServerGenerator:
         self.seconds = 0.0
         """Time spent waiting on the server, for verl's ``generate_sequences`` metric."""
 
-    def generate(self, prompts: list[list[int]]) -> list[Generation]:
-        return [self._one(p) for p in prompts]
+    def generate(self, prompts: list[list[int]], max_new_tokens: list[int] | None = None) -> list[Generation]:
+        caps = max_new_tokens or [None] * len(prompts)
+        return [self._one(p, cap) for p, cap in zip(prompts, caps, strict=True)]
 
-    def _one(self, prompt_ids: list[int]) -> Generation:
+    def _one(self, prompt_ids: list[int], cap: int | None) -> Generation:
         self.calls += 1
         if self.calls == 1 and len(prompt_ids) > self.prompt_length:
             # verl's own loops cut a long first prompt before sampling; here the trajectory is
@@ -97,23 +104,27 @@ class ServerGenerator:
                 f"the prompt has {len(prompt_ids)} tokens, more than "
                 f"rollout.prompt_length={self.prompt_length}; raise data.max_prompt_length"
             )
+        params = dict(self.sampling_params)
+        if cap is not None:  # the room left in verl's response budget
+            params["max_tokens"] = min(cap, params.get("max_tokens", cap))
         t0 = time.monotonic()
         out = on_loop(
             self.loop,
             self.server_manager.generate(
-                request_id=self.request_id, prompt_ids=prompt_ids, sampling_params=self.sampling_params
+                request_id=self.request_id, prompt_ids=prompt_ids, sampling_params=params
             ),
         )
         self.seconds += time.monotonic() - t0
         if out.stop_reason == "aborted":
             raise PolicyError("the rollout server aborted the request")
         ids = list(out.token_ids)
+        if cap is not None and len(ids) > cap:
+            raise PolicyError(f"the rollout server sampled {len(ids)} tokens where max_tokens was {cap}")
         stopped = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
         logprobs = list(out.log_probs) if out.log_probs is not None else None
         return Generation(ids, logprobs, "stop" if stopped else "length")
 
 
-@register(AGENT_NAME)
 class SwerlAgentLoop(AgentLoopBase):
     """One swerl episode per sample (options come from the agent-loop YAML, see ``AGENT_LOOP_CONFIG``).
 
@@ -121,6 +132,14 @@ class SwerlAgentLoop(AgentLoopBase):
     ``env_kwargs``: SWEEnv limits and options (``max_steps``, ...); ``backend``,
     ``max_retries`` and ``actor_cpus`` go to ``RolloutRunner``; ``run_id`` prefixes each
     episode's run label (for ``swerl reap --run-id``).
+
+    The episode stops at verl's response budget (``rollout.response_length``: every token
+    after the first prompt, observations included): each completion is capped to the room
+    left, and a turn with no room left is not sampled; the env ends the episode there as
+    truncated (reason ``response_budget``), and its reward follows the env's truncation rule,
+    the diff so far graded (``env_kwargs.grade_on_truncate``, default true; false scores 0).
+    So every token verl trains on is one the episode really had, and the reward is that of
+    what those tokens did: nothing is cut after the fact.
     """
 
     def __init__(
@@ -158,19 +177,21 @@ class SwerlAgentLoop(AgentLoopBase):
             )
         loop, limit = asyncio.get_running_loop(), self.rollout_config.prompt_length
         gen = ServerGenerator(self.server_manager, self.tokenizer, loop, sampling_params, limit)
-        policy = ModelPolicy(gen, self.system_prompt, self.action_format)
+        n = self.rollout_config.response_length
+        policy = ModelPolicy(gen, self.system_prompt, self.action_format, max_response_tokens=n)
         run_id = f"{self.run_id}-{uuid4().hex[:8]}" if self.run_id else None
         runner = RolloutRunner([self.tasks[task_id]], policy, run_id=run_id, **self.runner_kwargs)
         (ep,) = await run_in_thread(runner, close=True)
         reward = require_reward(ep)
         t = trainer_tokens(ep)  # sampled through verl's own server: exact, else refused
-        n = self.rollout_config.response_length
+        if len(t.response_ids) > n:  # the policy stops at the budget; anything else is a bug
+            raise PolicyError(f"episode response of {len(t.response_ids)} tokens over response_length={n}")
         grade_time = ep.timings.get("grade", 0.0)
         return AgentLoopOutput(
             prompt_ids=t.prompt_ids,
-            response_ids=t.response_ids[:n],
-            response_mask=t.loss_mask[:n],
-            response_logprobs=t.logprobs[:n] if t.logprobs is not None else None,
+            response_ids=t.response_ids,
+            response_mask=t.loss_mask,
+            response_logprobs=t.logprobs,
             reward_score=reward,
             num_turns=2 * len(ep.steps),
             metrics=AgentLoopMetrics(
@@ -178,5 +199,18 @@ class SwerlAgentLoop(AgentLoopBase):
                 tool_calls=max(0.0, ep.timings.get("total", 0.0) - gen.seconds - grade_time),
                 compute_score=grade_time,
             ),
-            extra_fields={"swerl_status": ep.status, "swerl_steps": len(ep.steps), "swerl_exact": t.exact},
+            extra_fields={
+                "swerl_status": ep.status,
+                "swerl_reason": ep.reason,
+                "swerl_steps": len(ep.steps),
+                "swerl_exact": t.exact,
+                "swerl_actor": ep.where.get("actor", ""),
+            },
         )
+
+
+# verl's ``register`` overwrites the name's entry. verl's worker fills its registry from the
+# agent-loop YAML first and imports this module only when it instantiates the first loop, so
+# registering unconditionally here would replace the YAML's options for every later episode.
+if AGENT_NAME not in _agent_loop_registry:
+    register(AGENT_NAME)(SwerlAgentLoop)

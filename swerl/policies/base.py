@@ -22,6 +22,16 @@ class Decision:
     """Tokens, logprobs, the sampled choice: recorded on the Step."""
 
 
+STOP = "stop"
+"""A ``Decision.info`` key: end the episode here, without an action, for the reason given
+(a trainer's token budget ran out). The env truncates it (``SWEEnv.stop``); no step is recorded."""
+
+
+def stop(reason: str) -> Decision:
+    """The decision that ends an episode without acting (see ``STOP``)."""
+    return Decision("", {STOP: reason})
+
+
 @runtime_checkable
 class Policy(Protocol):
     placement: ClassVar[str]

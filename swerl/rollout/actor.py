@@ -20,7 +20,7 @@ import ray
 
 from swerl.env.swe_env import SWEEnv
 from swerl.errors import InfraError
-from swerl.policies.base import Policy, as_decision
+from swerl.policies.base import STOP, Policy, as_decision
 from swerl.rollout.nodes import current_node
 from swerl.rollout.recorder import EpisodeRecorder
 from swerl.sandbox.base import SandboxConfig
@@ -76,6 +76,9 @@ class EnvActorImpl:
                 decision = as_decision(policy.act(state, obs))
             except InfraError as e:  # the model server failed: retried, never scored
                 return rec.fail(e, reason="policy_error").to_dict()
+            if STOP in decision.info:
+                obs, reward, _, _, info = env.stop(decision.info[STOP])
+                return rec.finish(reward, info).to_dict()
             obs, reward, terminated, truncated, info = env.step(decision.action)
             rec.step_done(decision, obs, reward, info)
             if terminated or truncated:
@@ -103,6 +106,9 @@ class EnvActorImpl:
 
         env, rec = self.envs[slot], self._recorders[slot]
         decision = Decision(action, policy_info or {})
+        if STOP in decision.info:
+            obs, reward, _, _, info = env.stop(decision.info[STOP])
+            return obs, {"done": True, "episode": rec.finish(reward, info).to_dict()}
         t = time.monotonic()
         obs, reward, terminated, truncated, info = env.step(action)
         rec.step_done(decision, obs, reward, info)

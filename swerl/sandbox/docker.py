@@ -350,14 +350,23 @@ def reap(
 def reapable(
     run_id: str | None = None, client: docker.DockerClient | None = None, orphans_only: bool = False
 ) -> list[dict[str, Any]]:
-    """The containers ``reap`` would remove (the daemon's listing: Id, Names, Labels, ...)."""
+    """The containers ``reap`` would remove (the daemon's listing: Id, Names, Labels, ...).
+
+    A run's sandboxes are those labelled ``run_id`` or ``run_id-...``: a runner labels its
+    actors' sandboxes ``RUN-a1``, ``RUN-a2``, ..., and a trainer integration gives each
+    episode or env its own runner ``RUN-<id>``, so one id finds them all.
+    """
     client = client or connect()
-    filters = [f"{OWNER_LABEL}=swerl"]
     with daemon_call("list containers to reap"):
-        found = client.api.containers(
-            all=True, filters={"label": [*filters, *([f"{RUN_LABEL}={run_id}"] if run_id else [])]}
-        )
+        found = client.api.containers(all=True, filters={"label": [f"{OWNER_LABEL}=swerl"]})
+    if run_id:
+        found = [c for c in found if of_run((c.get("Labels") or {}).get(RUN_LABEL, ""), run_id)]
     return [c for c in found if not orphans_only or _creator_dead(c.get("Labels") or {})]
+
+
+def of_run(label: str, run_id: str) -> bool:
+    """Whether a sandbox's run label belongs to run ``run_id`` (itself or one of its parts)."""
+    return label == run_id or label.startswith(f"{run_id}-")
 
 
 def _creator_dead(labels: dict[str, str]) -> bool:

@@ -1,0 +1,128 @@
+"""Task synthesis: mutants (unit), then a real sdist from PyPI and a bundled repo's history, end to end."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from swerl.tasks.synth.mutate import mutants_of_source, sample
+
+SUITES = Path(__file__).resolve().parents[1] / "envs" / "swerl-mini"
+
+SOURCE = '''"""A module."""
+
+
+def clamp(x, lo=0, hi=10):
+    """Clamp."""
+    if x < lo:
+        return lo
+    elif x > hi:
+        return hi
+    total = x + 1
+    total -= 1
+    return max(lo, min(total, hi))
+
+
+class Box:
+    def area(self, w, h):
+        return w * h if w and h else 0
+'''
+
+
+def test_mutants_are_single_site_compile_and_change_the_program():
+    ms = mutants_of_source("m.py", SOURCE)
+    ops = {m.operator for m in ms}
+    assert {"flip_comparison", "flip_operator", "off_by_one", "remove_statement", "remove_branch",
+            "swap_arguments", "change_return", "change_default", "flip_boolean", "negate_condition"} <= ops  # fmt: skip
+    original = ast.dump(ast.parse(SOURCE))
+    for m in ms:
+        mutated = m.apply(SOURCE)
+        assert ast.dump(ast.parse(mutated)) != original, m
+        changed = [a for a, b in zip(SOURCE.splitlines(), mutated.splitlines(), strict=False) if a != b]
+        assert changed, m  # a real edit at the site, not a reformatting elsewhere
+        assert m.function in ("clamp", "Box.area")
+        assert m.scope in ((4, 12), (15, 17))
+    assert len({m.key for m in ms}) == len(ms)  # no duplicates
+    assert (
+        "(" not in next(m for m in ms if m.operator == "flip_comparison").new.strip()[:4]
+    )  # parens only if needed
+    picked = sample(ms, 3, random.Random(0))
+    assert len([m for m in picked if m.function == "clamp"]) == 3
+    assert len({m.operator for m in picked if m.function == "clamp"}) == 3  # operators taken in turn
+
+
+def test_a_syntax_error_gives_no_mutants():
+    assert mutants_of_source("bad.py", "def f(:\n") == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~3 min on an idle 2-core box; a busy one takes several times that
+def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path, docker_client, monkeypatch):
+    """inflection's sdist (injection) and textkit's history (mining): a suite whose gold resolves
+    and whose empty patch does not, in swerl and in swebench's run_instance."""
+    from swerl.bench.grade import _remove_official_containers, official_grade
+    from swerl.grading import docker_factory, grade
+    from swerl.tasks.instance import load_instances
+    from swerl.tasks.synth import synthesize
+
+    out = tmp_path / "suite"
+    report = synthesize(
+        ["pypi:inflection==0.5.1", str(SUITES / "repos" / "swerl__textkit.bundle")],
+        out, max_candidates=2, per_function=1, workers=2, workdir=tmp_path / "work",
+    )  # fmt: skip
+    insts = load_instances(out / "tasks.jsonl")
+    images = {i.image for i in insts}
+    run_id = f"synth-t-{tmp_path.name[-12:]}"
+    monkeypatch.chdir(tmp_path)  # run_instance writes its logs under the cwd
+    try:
+        methods = report.per_method()
+        assert methods["inject"]["validated"] >= 1 and methods["mine"]["validated"] >= 1, report.to_dict()
+        assert report.validated == len(insts) and {i.extra["synth"]["method"] for i in insts} == {
+            "inject",
+            "mine",
+        }
+        for inst in insts:
+            meta = inst.extra["synth"]
+            assert (
+                inst.FAIL_TO_PASS
+                and meta["f2p_count"] == len(inst.FAIL_TO_PASS)
+                and meta["lines_changed"] >= 1
+            )
+            assert inst.FAIL_TO_PASS[0].split("::")[0] in inst.eval_script
+        plain = [json.loads(x) for x in (out / "swebench.jsonl").read_text().splitlines()]
+        assert {r["instance_id"] for r in plain} == {i.instance_id for i in insts}
+        assert (out / "repos" / "pypi__inflection.bundle").is_file()
+        injected = next(i for i in insts if i.extra["synth"]["method"] == "inject")
+        # the task image holds the buggy tree and no history that shows the fix
+        log = (
+            docker_client.containers.run(injected.image, "git log --format=%H --all", remove=True)
+            .decode()
+            .split()
+        )
+        assert log == [injected.base_commit]
+        mined = next(i for i in insts if i.extra["synth"]["method"] == "mine")
+        assert grade(mined, mined.patch, sandbox_factory=docker_factory(300)).status.value == "resolved"
+        ours = grade(injected, injected.patch, sandbox_factory=docker_factory(300)).status.value
+        assert ours == official_grade(injected, injected.patch, docker_client, run_id) == "resolved"
+        # empty: swerl and the harness both unresolved (the harness cannot grade an empty patch: a no-op one)
+        noop = "diff --git a/SYNTH_NOTE b/SYNTH_NOTE\nnew file mode 100644\n--- /dev/null\n+++ b/SYNTH_NOTE\n@@ -0,0 +1 @@\n+x\n"
+        ours = grade(injected, noop, sandbox_factory=docker_factory(300)).status.value
+        assert ours == official_grade(injected, noop, docker_client, run_id + "e") == "unresolved"
+        bundle_refs = subprocess.run(["git", "bundle", "list-heads", str(out / "repos" / "pypi__inflection.bundle")],
+                                     capture_output=True, text=True, check=True).stdout  # fmt: skip
+        assert (
+            injected.base_commit in bundle_refs
+        )  # `swerl tasks build-images` can rebuild it from the bundle
+    finally:
+        for rid in (run_id, run_id + "e"):
+            with contextlib.suppress(Exception):
+                _remove_official_containers(docker_client, rid)
+        for image in images:
+            with contextlib.suppress(Exception):
+                docker_client.images.remove(image, force=True)
