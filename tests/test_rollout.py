@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -146,7 +147,7 @@ def test_infra_errors_are_retried_then_reported_never_zero(ray_session, tasks, d
 
 
 def test_a_missing_image_is_reported_at_once_not_retried(ray_session, tasks):
-    broken = [t.__class__(**{**t.to_dict(), "image": "swerl-missing:nope"}) for t in tasks[:1]]
+    broken = [dataclasses.replace(t, image="swerl-missing:nope") for t in tasks[:1]]
     with RolloutRunner(broken, GoldPolicy(), num_actors=2, max_retries=2) as r:
         (ep,) = r.run()
     assert ep.status == "infra_error" and ep.reward is None and ep.retries == 0
