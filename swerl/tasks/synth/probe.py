@@ -110,7 +110,11 @@ def run_pytest(args: list[str], timeout: float, trace_roots: list[str] | None = 
             code = 0
         finally:
             os._exit(code)
-    deadline = t + timeout
+    return _await_child(pid, out, t, t + timeout, poll=0.005)
+
+
+def _await_child(pid: int, out: str, started: float, deadline: float, poll: float) -> dict:
+    """Wait for a forked run (killing its group past ``deadline``) and read what it wrote to ``out``."""
     status = "ok"
     while True:
         done, _ = os.waitpid(pid, os.WNOHANG)
@@ -124,8 +128,8 @@ def run_pytest(args: list[str], timeout: float, trace_roots: list[str] | None = 
             os.waitpid(pid, 0)
             status = "timeout"
             break
-        time.sleep(0.005)
-    result = {"status": status, "seconds": time.monotonic() - t, "outcomes": {}}
+        time.sleep(poll)
+    result = {"status": status, "seconds": time.monotonic() - started, "outcomes": {}}
     try:
         with open(out) as f:
             result.update(json.load(f))
@@ -235,29 +239,7 @@ def fork_run(body, timeout: float) -> dict:
                 pass
         finally:
             os._exit(code)
-    status = "ok"
-    while True:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > t + timeout:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            os.waitpid(pid, 0)
-            status = "timeout"
-            break
-        time.sleep(0.002)
-    result = {"status": status, "seconds": time.monotonic() - t, "outcomes": {}}
-    try:
-        with open(out) as f:
-            result.update(json.load(f))
-    except (OSError, ValueError):
-        if status == "ok":
-            result["status"] = "crashed"
-    os.unlink(out)
-    return result
+    return _await_child(pid, out, t, t + timeout, poll=0.002)
 
 
 class NoSwap(Exception):
