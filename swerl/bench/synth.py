@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         "--max-candidates", type=int, default=None, help="mutants probed per library (default: all)"
     )
     ap.add_argument("--per-function", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=3, help="sandboxes at once per library")
+    ap.add_argument("--parallel-repos", type=int, default=3, help="libraries synthesized side by side")
     ap.add_argument("--compare", type=int, default=5, help="tasks timed in a fresh container per run")
     ap.add_argument("--out", default="runs/bench-synth", help="where the suite is written")
     ap.add_argument("--json", action="store_true")
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()
     t = time.monotonic()
     report = synthesize(specs, args.out, max_candidates=args.max_candidates, per_function=args.per_function,
-                        workers=args.workers)  # fmt: skip
+                        workers=args.workers, parallel_repos=args.parallel_repos)  # fmt: skip
     wall = time.monotonic() - t
     load1 = os.getloadavg()
     per_method = report.per_method()
