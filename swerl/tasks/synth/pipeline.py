@@ -24,7 +24,7 @@ from swerl.tasks.instance import Instance
 from swerl.tasks.synth.inject import Candidate, InjectStats, baseline, candidates
 from swerl.tasks.synth.repo import Repo, prepare
 from swerl.tasks.synth.statement import TemplateWriter, Writer
-from swerl.tasks.synth.suite import to_instance, write_bundle, write_suite
+from swerl.tasks.synth.suite import to_instance, write_bundle, write_statement, write_suite
 
 log = logging.getLogger(__name__)
 PASSED = ("PASSED", "XFAIL")
@@ -37,6 +37,8 @@ class RepoReport:
     """method -> {"candidates": probed, "probed_ok": survived the probe, "validated": passed the official check}."""
     rejected: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    statements: dict[str, int] = field(default_factory=dict)
+    """How the problem statements were written: mode -> tasks."""
     error: str = ""
 
 
@@ -167,6 +169,8 @@ def synthesize(
 
     out = Path(out)
     writer = writer or TemplateWriter()
+    if hasattr(writer, "check"):  # a model writer: an unreachable server is one clear error, before any work
+        writer.check()
     started = time.monotonic()
     report = SynthReport(str(out))
     report.repos = [RepoReport(spec) for spec in repos]
@@ -265,7 +269,7 @@ def _synthesize_one(
     t2 = time.monotonic()
     items, seen = [], set()
     for c in found:
-        inst = to_instance(c, writer)
+        inst = to_instance(c, None)
         if inst.patch in seen:  # the same fix twice is one task
             rr.rejected["duplicate"] = rr.rejected.get("duplicate", 0) + 1
             continue
@@ -284,12 +288,18 @@ def _synthesize_one(
         ok, why = verdicts.get(inst.instance_id, (not check, ""))
         counts = rr.method_counts.setdefault(c.method, {})
         if ok:
-            kept.append(inst)
+            kept.append((inst, c))
             counts["validated"] = counts.get("validated", 0) + 1
         else:
             key = "official_" + why.split(":")[0].replace(" ", "_")
             rr.rejected[key] = rr.rejected.get(key, 0) + 1
-    return kept
+    t4 = time.monotonic()
+    with ThreadPoolExecutor(max(1, workers)) as pool:  # a model writer is a network call per task
+        list(pool.map(lambda ic: write_statement(ic[0], ic[1], writer), kept))
+    rr.seconds["statements"] = time.monotonic() - t4
+    modes = Counter(inst.extra["synth"]["statement"]["mode"] for inst, _ in kept)
+    rr.statements = dict(modes)
+    return [inst for inst, _ in kept]
 
 
 def repo_git_count(repo: Repo) -> str:
