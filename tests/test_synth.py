@@ -104,7 +104,7 @@ def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path,
     out = tmp_path / "suite"
     report = synthesize(
         ["pypi:inflection==0.5.1", str(SUITES / "repos" / "swerl__textkit.bundle")],
-        out, max_candidates=2, per_function=1, workers=2, workdir=tmp_path / "work",
+        out, max_candidates=4, per_function=1, workers=2, workdir=tmp_path / "work",
     )  # fmt: skip
     insts = load_instances(out / "tasks.jsonl")
     images = {i.image for i in insts}
@@ -125,6 +125,7 @@ def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path,
                 and meta["lines_changed"] >= 1
             )
             assert inst.FAIL_TO_PASS[0].split("::")[0] in inst.eval_script
+            assert meta["statement"] == {"mode": "template"} and inst.problem_statement
         plain = [json.loads(x) for x in (out / "swebench.jsonl").read_text().splitlines()]
         assert {r["instance_id"] for r in plain} == {i.instance_id for i in insts}
         assert (out / "repos" / "pypi__inflection.bundle").is_file()
