@@ -120,7 +120,10 @@ def bounded(
             return remotes[fn].remote(*args)
 
         def ready(handles: list[Any], timeout: float) -> list[Any]:
-            return ray.wait(handles, num_returns=len(handles), timeout=timeout)[0]
+            done, rest = ray.wait(handles, num_returns=1, timeout=timeout)
+            if done and rest:  # and whatever else has ended by now
+                done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+            return done
 
         def result(h: Any) -> Any:
             return ray.get(h)
