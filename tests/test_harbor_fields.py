@@ -215,6 +215,23 @@ def test_the_oracle_runs_as_the_agent(users_task, run_id):
     assert row.ok, row
 
 
+def test_a_public_task_gets_the_network_the_sandbox_config_allows(
+    tmp_path, docker_client, base_image, run_id
+):
+    (task,) = load_tasks(
+        write_task(tmp_path, "public", "[environment]\nallow_internet = true\n")
+    )  # the old form
+    assert task.harbor["network_mode"] == "public"
+    build_images([task], client=docker_client)
+    env = SWEEnv([task], sandbox_config=SandboxConfig(run_id=run_id, network=True))
+    try:
+        env.reset()
+        obs, *_ = env.step(actions.bash("ls /sys/class/net"))
+    finally:
+        env.close()
+    assert "eth0" in obs, obs
+
+
 def test_storage_mb_is_honoured_or_refused_by_what_the_daemon_can_do(
     tmp_path, docker_client, base_image, run_id
 ):

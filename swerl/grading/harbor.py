@@ -66,7 +66,7 @@ def solution_command(task: Instance) -> str:
         raise ConfigError(
             f"{task.harbor.get('task_dir', task.instance_id)}: missing solution/solve.sh (the oracle)"
         )
-    lines = [f"rm -rf {SOLUTION_DIR} && mkdir -p {SOLUTION_DIR}"]
+    lines = [f"mkdir -p {SOLUTION_DIR} && find {SOLUTION_DIR} -mindepth 1 -delete"]
     for rel, data in files.items():
         path = shlex.quote(f"{SOLUTION_DIR}/{rel}")
         lines.append(f"mkdir -p $(dirname {path}) && echo {data} | base64 -d > {path}")

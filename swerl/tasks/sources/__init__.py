@@ -38,8 +38,11 @@ class TaskSource(Protocol):
         """True when ``spec`` has this source's shape (cheap: no parsing of records)."""
         ...
 
-    def load(self, spec: str, split: str = "test", family: str | None = None) -> list[Instance]:
-        """Every task of ``spec``; ConfigError naming the file and field on bad input."""
+    def load(
+        self, spec: str, split: str = "test", family: str | None = None, accept: tuple[str, ...] = ()
+    ) -> list[Instance]:
+        """Every task of ``spec``; ConfigError naming the file and field on bad input. ``accept``:
+        fields to run although swerl cannot honour them, each recorded (refused when empty)."""
         ...
 
 
