@@ -154,6 +154,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         client = connect()  # fail fast (exit 3) before grading; the report lists leftovers with it
     run_id = args.run_id or default_run_id()
     progress = (lambda _line: None) if args.json else print
+    output_dir = Path(args.output_dir or Path("runs", "eval", run_id))
+    progress(f"output: {output_dir}/ (logs/run_evaluation/{run_id}/ and the report)")
     runs, failed = {}, {}
     modes = ("official", "strict") if args.grading == "both" else (args.grading,)
     for mode in modes:
@@ -162,7 +164,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 args.predictions,
                 instances,
                 run_id=mode_run_id(run_id, mode),
-                out=args.output_dir,
+                out=output_dir,
                 workers=args.workers,
                 timeout=args.timeout,
                 retries=args.retries,
@@ -487,7 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-id", default=None, help="run id (default: timestamped); a rerun skips graded instances"
     )
     p.add_argument(
-        "--output-dir", default=".", help="where logs/run_evaluation/ and the report go (default: .)"
+        "--output-dir",
+        default=None,
+        help="where logs/run_evaluation/ and the report go (default: runs/eval/RUN_ID, one per run id)",
     )
     p.add_argument("--workers", type=int, default=2, help="grades in flight (default: 2)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds the tests may run per instance")
