@@ -232,10 +232,10 @@ def cmd_sandbox_shell(args: argparse.Namespace) -> int:
 
 
 def _execute_interruptibly(sb: Any, command: str, cwd: str, timeout: float) -> Any:
-    """Run one shell line; Ctrl-C stops waiting for it and keeps the session (a second one ends it).
+    """Run one shell line; Ctrl-C kills it in the sandbox (its process group) and keeps the session.
 
-    Commands on a sandbox are serialized on one channel, so the interrupted command is left to
-    end (or reach --timeout) in the background: the next line runs once it has.
+    A second Ctrl-C while the kill is under way ends the session. Where the backend cannot reach
+    the sandbox beside its channel, the command is left to end or reach --timeout instead.
     """
     import threading
 
@@ -253,12 +253,15 @@ def _execute_interruptibly(sb: Any, command: str, cwd: str, timeout: float) -> A
         while worker.is_alive():
             worker.join(0.2)
     except KeyboardInterrupt:
-        print(
-            f"^C: not waiting for it; it runs on until it ends or its {timeout:g} s timeout "
-            "(the next line waits for that). Ctrl-C again or 'exit' ends the session.",
-            file=sys.stderr,
-            flush=True,
-        )
+        try:
+            sb.interrupt()
+        except InfraError as e:
+            print(f"^C: cannot kill it ({e}); it runs on until it ends or its {timeout:g} s timeout "
+                  "(the next line waits for that)", file=sys.stderr, flush=True)  # fmt: skip
+            return None
+        worker.join(30)
+        print("^C: killed" if not worker.is_alive() else "^C: sent a kill; the next line waits for the command",
+              file=sys.stderr, flush=True)  # fmt: skip
         return None
     if isinstance(result[0], BaseException):
         raise result[0]

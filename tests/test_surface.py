@@ -504,20 +504,23 @@ def test_a_batch_with_no_valid_action_is_said_out_loud():
     assert tail("short", 80) == "short"
 
 
-def test_ctrl_c_in_the_sandbox_shell_stops_the_command_not_the_session(task_images):
+def test_ctrl_c_in_the_sandbox_shell_kills_the_command_not_the_session(task_images):
     p = subprocess.Popen([sys.executable, "-m", "swerl", "sandbox", "shell", "swerl__textkit-1"], env=env(),
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        p.stdin.write("echo ready\nsleep 6\n")
+        p.stdin.write("echo ready\nsleep 100 & sleep 90; echo never\n")
         p.stdin.flush()
         assert p.stdout.readline() == "ready\n"
-        time.sleep(1.0)  # `sleep 6` is running
+        time.sleep(1.0)  # the sleeps are running
+        t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
-        p.stdin.write("echo after\nexit\n")
+        p.stdin.write("ps -eo args 2>/dev/null | grep -c '^sleep [19]0' || true\necho after\nexit\n")
         p.stdin.flush()
         out, err = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, err
-    assert "^C: not waiting for it" in err and "after\n" in out and "Traceback" not in err
+    assert "^C: killed" in err and "Traceback" not in err, err
+    assert out.splitlines()[-2:] == ["0", "after"] and "never" not in out, out  # both sleeps are gone
+    assert time.monotonic() - t0 < 60
