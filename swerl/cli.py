@@ -154,6 +154,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         client = connect()  # fail fast (exit 3) before grading; the report lists leftovers with it
     run_id = args.run_id or default_run_id()
     progress = (lambda _line: None) if args.json else print
+    output_dir = Path(args.output_dir or Path("runs", "eval", run_id))
+    progress(f"output: {output_dir}/ (logs/run_evaluation/{run_id}/ and the report)")
     runs, failed = {}, {}
     modes = ("official", "strict") if args.grading == "both" else (args.grading,)
     for mode in modes:
@@ -162,7 +164,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 args.predictions,
                 instances,
                 run_id=mode_run_id(run_id, mode),
-                out=args.output_dir,
+                out=output_dir,
                 workers=args.workers,
                 timeout=args.timeout,
                 retries=args.retries,
@@ -230,10 +232,10 @@ def cmd_sandbox_shell(args: argparse.Namespace) -> int:
 
 
 def _execute_interruptibly(sb: Any, command: str, cwd: str, timeout: float) -> Any:
-    """Run one shell line; Ctrl-C stops waiting for it and keeps the session (a second one ends it).
+    """Run one shell line; Ctrl-C kills it in the sandbox (its process group) and keeps the session.
 
-    Commands on a sandbox are serialized on one channel, so the interrupted command is left to
-    end (or reach --timeout) in the background: the next line runs once it has.
+    A second Ctrl-C while the kill is under way ends the session. Where the backend cannot reach
+    the sandbox beside its channel, the command is left to end or reach --timeout instead.
     """
     import threading
 
@@ -251,12 +253,15 @@ def _execute_interruptibly(sb: Any, command: str, cwd: str, timeout: float) -> A
         while worker.is_alive():
             worker.join(0.2)
     except KeyboardInterrupt:
-        print(
-            f"^C: not waiting for it; it runs on until it ends or its {timeout:g} s timeout "
-            "(the next line waits for that). Ctrl-C again or 'exit' ends the session.",
-            file=sys.stderr,
-            flush=True,
-        )
+        try:
+            sb.interrupt()
+        except InfraError as e:
+            print(f"^C: cannot kill it ({e}); it runs on until it ends or its {timeout:g} s timeout "
+                  "(the next line waits for that)", file=sys.stderr, flush=True)  # fmt: skip
+            return None
+        worker.join(30)
+        print("^C: killed" if not worker.is_alive() else "^C: sent a kill; the next line waits for the command",
+              file=sys.stderr, flush=True)  # fmt: skip
         return None
     if isinstance(result[0], BaseException):
         raise result[0]
@@ -495,7 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-id", default=None, help="run id (default: timestamped); a rerun skips graded instances"
     )
     p.add_argument(
-        "--output-dir", default=".", help="where logs/run_evaluation/ and the report go (default: .)"
+        "--output-dir",
+        default=None,
+        help="where logs/run_evaluation/ and the report go (default: runs/eval/RUN_ID, one per run id)",
     )
     p.add_argument("--workers", type=int, default=2, help="grades in flight (default: 2)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds the tests may run per instance")

@@ -44,6 +44,7 @@ from swerl.integrations.common import (
 )
 from swerl.policies.model import Generation, ModelPolicy
 from swerl.rollout.actor import EnvActor
+from swerl.rollout.checks import has_valid_action, warn_if_no_valid_action
 from swerl.rollout.runner import RolloutRunner, ensure_ray
 from swerl.sandbox import reap
 from swerl.sandbox.base import default_run_id
@@ -486,6 +487,7 @@ class SwerlGenerator(GeneratorInterface):
         by_key = {ep.key: ep for ep in await run_in_thread(self.runner, work)}
         episodes = [by_key[k] for k in work]
         self.last_episodes = episodes
+        warn_if_no_valid_action(episodes)
         rows = [self._row(ep, episodes) for ep in episodes]
         rewards = [r["reward"] for r in rows]
         stops = [r["stop"] for r in rows]
@@ -508,6 +510,7 @@ class SwerlGenerator(GeneratorInterface):
                 "swerl/retried": self.runner.stats.get("retried", 0) - retried,
                 "swerl/infra_errors": sum(ep.reward is None for ep in episodes),
                 "swerl/inexact": sum(not r["exact"] for r in rows),
+                "swerl/no_valid_action": sum(not has_valid_action(ep) for ep in episodes) / n,
             },
             "rollout_logprobs": logprobs if all(lp is not None for lp in logprobs) else None,
             "trajectory_ids": input_batch.get("trajectory_ids"),

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import logging
 import os
+import shlex
 import socket as pysocket
 import struct
 import time
@@ -289,6 +290,22 @@ class DockerSandbox(ChannelSandbox):
             send=raw.sendall, recv=reader.recv, set_timeout=raw.settimeout, describe=self.describe
         )
         self._channel.handshake(self.config.start_timeout)
+
+    def _interrupt(self, server_pid: int, ctl: str) -> None:
+        """A ``docker exec`` beside the attached channel, as the sandbox's user."""
+        script = f"printf 'K\\n' >{shlex.quote(ctl)}"
+        api = self._client.api
+        try:
+            with daemon_call(f"exec in container {self.short_id}"):
+                exe = api.exec_create(self.container_id, ["sh", "-c", script], user=self.config.user or "")
+                out = api.exec_start(exe["Id"])
+                rc = api.exec_inspect(exe["Id"]).get("ExitCode")
+        except docker.errors.APIError as e:
+            raise SandboxError(f"{self.describe}: cannot exec beside the channel: {e}") from e
+        if rc:
+            raise SandboxError(
+                f"{self.describe}: {script!r} exited {rc}: {out.decode(errors='replace')[-300:]}"
+            )
 
     def _close_transport(self) -> None:
         if self._sock is not None:
