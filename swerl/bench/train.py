@@ -7,11 +7,15 @@ Two loops run side by side on the same envs (``--envs`` in flight):
 
 - ``trl-sync``: TRL's GRPOTrainer with swerl's ``rollout_func``; each step waits
   for its whole batch of episodes (``--envs`` of them), then runs the optimizer.
-- ``async``: RolloutRunner streams GRPO groups with ``max_staleness=1``, pulled by a
-  background thread (``swerl.rollout.prefetch.Prefetch``); the trainer updates on each
-  group as it arrives (a plain policy-gradient step with group-normalised advantages
-  on the exact token layout) while the next groups' episodes run, sampled by a copy of
-  the model that the trainer syncs after each update (``HFGenerator.load_weights``).
+- ``async``: RolloutRunner streams GRPO groups (a task's 4 attempts) with a bounded
+  staleness (``--staleness``, default 1: an episode is trained on at most one policy
+  version after the one that sampled it, else re-run; every step records the version
+  that sampled its tokens), pulled by a background thread
+  (``swerl.rollout.prefetch.Prefetch``, up to ``--staleness`` batches queued). The trainer
+  takes each group's gradient as it arrives (a plain policy-gradient step with
+  group-normalised advantages on the exact token layout) and steps the optimizer once per
+  batch of ``--envs`` episodes, while the next episodes run, sampled by a copy of the model
+  the trainer syncs after each step (``HFGenerator.load_weights``).
 
 Per batch of ``--envs`` episodes, the wall time is split into generation (the
 model sampling actions, in the driver), environment and grading (the trainer
@@ -19,13 +23,14 @@ blocked on the actors; the grading part is that wait times the episodes' share
 of time spent grading), and optimizer (everything the trainer computes). In the
 async loop generation runs beside the trainer, so its trainer-side generation is 0
 and the environment column is the time the trainer blocked waiting for a group. The
-first step (actors starting) is left out.
+first step (actors starting) is left out. Last, the async envs run alone for two batches
+with the trainer idle: that rate against the trainer's own time per batch is the least the
+trainer must wait, however well the two overlap.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import math
 import os
 import tempfile
@@ -169,10 +174,9 @@ def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int, stalen
     # up to `staleness` batches wait finished while the trainer steps: every one is consumed within the bound
     with runner, Prefetch(runner.stream(work), ahead=per_step * staleness) as stream:
         it = iter(stream)
-        first = next(it)  # actors started, first group in
-        t0, g0, w0 = time.perf_counter(), len(gen_seconds), stream.waited
+        t0, g0, w0 = time.perf_counter(), 0, 0.0
         n_in_batch = 0
-        for n, group in enumerate(itertools.chain([first], it)):
+        for n, group in enumerate(it):
             t = time.perf_counter()
             # stream: each group's gradient as it arrives, the optimizer step once a batch is in
             _grpo_step(model, opt, [e for e in group if e.reward is not None], step=False)
@@ -186,6 +190,8 @@ def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int, stalen
             if n >= per_step:  # the first batch (actors starting) is left out
                 opt_s += time.perf_counter() - t
                 taken.extend(group)
+            elif n == per_step - 1:  # the clocks start after the first step, as in trl-sync
+                t0, g0, w0 = time.perf_counter(), len(gen_seconds), stream.waited
             if n + 1 >= groups:
                 break
         wall = time.perf_counter() - t0
