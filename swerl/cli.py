@@ -50,7 +50,7 @@ def cmd_images_build_base(args: argparse.Namespace) -> int:
 def cmd_tasks_list(args: argparse.Namespace) -> int:
     from swerl.tasks.sources import load_tasks
 
-    instances = load_tasks(args.suite, kind=args.source)
+    instances = load_tasks(args.suite, kind=args.source, accept=args.accept_deviation)
     rows = [{"instance_id": i.instance_id, "repo": i.repo, "image": i.image} for i in instances]
     text = "\n".join(f"{r['instance_id']:40s} {r['repo']:24s} {r['image']}" for r in rows)
     _emit(args, rows, text)
@@ -62,7 +62,7 @@ def cmd_tasks_build_images(args: argparse.Namespace) -> int:
     from swerl.tasks.sources import load_tasks
     from swerl.tasks.sources.synth import bundle_dirs
 
-    tasks = load_tasks(args.suite, kind=args.source)
+    tasks = load_tasks(args.suite, kind=args.source, accept=args.accept_deviation)
     images = build_images(tasks, force=args.force, bundles=bundle_dirs(args.suite))  # instance id -> image
     _emit(args, {"images": images}, "\n".join(f"{iid:40s} {image}" for iid, image in images.items()))
     return EXIT_OK
@@ -73,7 +73,7 @@ def cmd_tasks_validate(args: argparse.Namespace) -> int:
     from swerl.tasks.sources import load_tasks
     from swerl.tasks.validate import count_mismatches, format_table, validate_suite
 
-    instances = load_tasks(args.suite, kind=args.source)
+    instances = load_tasks(args.suite, kind=args.source, accept=args.accept_deviation)
     check_docker((i.image for i in instances), args.suite)  # exit 3, one line: not a table of MISMATCH
     rows = validate_suite(instances, out=None)
     _emit(args, [dataclasses.asdict(r) | {"ok": r.ok} for r in rows], format_table(rows))
@@ -107,7 +107,7 @@ def cmd_tasks_export(args: argparse.Namespace) -> int:
     from swerl.tasks.instance import select
     from swerl.tasks.sources import load_tasks
 
-    tasks = load_tasks(args.suite, kind=args.source)
+    tasks = load_tasks(args.suite, kind=args.source, accept=args.accept_deviation)
     tasks = select(tasks, args.task) if args.task else tasks
     paths = export_all(tasks, args.out, args.format)
     _emit(args, {"folders": [str(p) for p in paths]}, "\n".join(map(str, paths)))
@@ -146,7 +146,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from swerl.evaluate import default_run_id, mode_run_id, run_eval
     from swerl.tasks.sources import load_tasks
 
-    instances = load_tasks(args.tasks, kind=args.source)
+    instances = load_tasks(args.tasks, kind=args.source, accept=args.accept_deviation)
     client = None
     if args.backend == "docker":
         from swerl.sandbox.docker import connect
@@ -200,7 +200,7 @@ def cmd_sandbox_shell(args: argparse.Namespace) -> int:
     from swerl.tasks.instance import select
     from swerl.tasks.sources import load_tasks
 
-    (task,) = select(load_tasks(args.tasks, kind=args.source), [args.task])
+    (task,) = select(load_tasks(args.tasks, kind=args.source, accept=args.accept_deviation), [args.task])
     interactive = sys.stdin.isatty()
     cfg = SandboxConfig(timeout=args.timeout, workdir="/testbed")
     with make_sandbox(args.backend, task.image, cfg.replace(workdir=task.workdir)) as sb:
@@ -408,6 +408,14 @@ def _source_flag(p: argparse.ArgumentParser) -> None:
         metavar="KIND",
         help="force how the tasks are read: harbor, synth, swebench, or a SWE-bench family "
         "(swebench-pro, swe-gym, swe-smith, r2e-gym, swe-rebench)",
+    )
+    p.add_argument(
+        "--accept-deviation",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="run tasks although swerl cannot honour FIELD (a task.toml field such as environment.gpus, "
+        "or a SWE-bench family's grading field); the deviation is recorded in each grade. Repeatable",
     )
 
 

@@ -13,9 +13,9 @@ import pytest
 
 from swerl.cli import main
 from swerl.episode import JsonlSink
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
-SUITE = {i.instance_id: i for i in load_instances("swerl-mini")}
+SUITE = {i.instance_id: i for i in load_tasks("swerl-mini")}
 
 
 def run_cli(

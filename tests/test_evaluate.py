@@ -19,13 +19,13 @@ from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swerl.errors import ConfigError
 from swerl.evaluate import apply_log_lines, load_predictions, pick_executor, run_eval
 from swerl.grading import GradeResult, GradeStatus
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
 _chdir = contextlib.chdir
 
 ROOT = Path(__file__).parents[1]
 
-INSTANCES = load_instances("swerl-mini")
+INSTANCES = load_tasks("swerl-mini")
 IDS = [i.instance_id for i in INSTANCES]
 
 

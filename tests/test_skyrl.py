@@ -364,9 +364,9 @@ def test_infra_errors_are_marked_per_trajectory_never_a_batch_abort(
     good = next(t for t in tasks if t.instance_id != task_id)
     runner_kwargs = {"num_actors": 1, "envs_per_actor": 2, "max_retries": 1, "retry_delay": 0.1,
                      "run_id": "t-skyrl-bad"}  # fmt: skip
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
 
-    gen = SwerlGenerator(TinyEngine(tiny_model_dir, tok), tok, [*load_instances(path), good],
+    gen = SwerlGenerator(TinyEngine(tiny_model_dir, tok), tok, [*load_tasks(path), good],
                          action_format="menu", runner_kwargs=runner_kwargs)  # fmt: skip
     try:
         extras = [{"instance_id": task_id}, {"instance_id": good.instance_id}]

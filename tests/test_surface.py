@@ -22,10 +22,10 @@ import pytest
 
 from swerl import GYMNASIUM_IDS
 from swerl.sandbox.base import RUN_LABEL
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITE = {i.instance_id: i for i in load_instances("swerl-mini")}
+SUITE = {i.instance_id: i for i in load_tasks("swerl-mini")}
 FOUR = ["swerl__textkit-1", "swerl__intervals-2", "swerl__textkit-2", "swerl__tinyconf-1"]
 
 

@@ -220,7 +220,7 @@ def test_a_prompt_longer_than_verls_prompt_length_is_an_error(
 
 def test_dataset_rows():
     from swerl.integrations.verl import AGENT_LOOP_CONFIG, dataset_rows
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
 
-    assert dataset_rows("swerl-mini") == rows_of(load_instances("swerl-mini"))
+    assert dataset_rows("swerl-mini") == rows_of(load_tasks("swerl-mini"))
     assert AGENT_LOOP_CONFIG.is_file()

@@ -229,9 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     from swerl.integrations.tiny_model import tiny_model
     from swerl.rollout.runner import ensure_ray
     from swerl.tasks.images import build_task_images
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
 
-    tasks = load_instances("swerl-mini")
+    tasks = load_tasks("swerl-mini")
     build_task_images(tasks)
     ensure_ray()
     model_dir = str(tiny_model())

@@ -48,7 +48,8 @@ from swerl.rollout.checks import has_valid_action, warn_if_no_valid_action
 from swerl.rollout.runner import RolloutRunner, ensure_ray
 from swerl.sandbox import reap
 from swerl.sandbox.base import default_run_id
-from swerl.tasks.instance import Instance, load_instances
+from swerl.tasks.instance import Instance
+from swerl.tasks.sources import load_tasks
 
 # SkyRL's trainer package, where it imports: skyrl 0.3.0 does not on Python < 3.12 (pydantic
 # rejects a typing.TypedDict in skyrl.tinker.types), and then the generator is a plain class
@@ -65,7 +66,7 @@ ENV_ID = "swerl_swe"
 def dataset_rows(tasks: str | list[Instance] = "swerl-mini") -> list[dict[str, Any]]:
     """Rows of a SkyRL prompt dataset, one per task. The prompt is swerl's, so a row only names its
     task (and, given a suite name or task file, where ``SwerlTextEnv`` finds it)."""
-    insts = load_instances(tasks) if isinstance(tasks, str) else tasks
+    insts = load_tasks(tasks) if isinstance(tasks, str) else tasks
     where = {"tasks": tasks} if isinstance(tasks, str) else {}
     return [
         {
@@ -182,7 +183,7 @@ class SwerlTextEnv(BaseTextEnv):
         super().__init__()
         self.cfg = SwerlEnvConfig.of(env_config)
         extras = plain(extras or {})
-        self.task = _pick(load_instances(extras.get("tasks") or self.cfg.tasks), _task_id(extras))
+        self.task = _pick(load_tasks(extras.get("tasks") or self.cfg.tasks), _task_id(extras))
         self.attempt = int(extras.get("attempt", 0))
         self.env_kwargs = {"backend": self.cfg.backend, **(self.cfg.env_kwargs or {})}
         self.backend = self.env_kwargs["backend"]
@@ -424,7 +425,7 @@ class SwerlGenerator(GeneratorInterface):
     ) -> None:
         self.client = inference_engine_client
         self.tokenizer = tokenizer
-        self.tasks = load_instances(tasks) if isinstance(tasks, str) else list(tasks)
+        self.tasks = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)
         self.by_id = {t.instance_id: t for t in self.tasks}
         self.action_format = make_action_format(action_format)
         self.system_prompt = system_prompt

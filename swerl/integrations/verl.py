@@ -43,7 +43,8 @@ from swerl.integrations.common import (
 from swerl.policies.model import Generation, ModelPolicy
 from swerl.rollout.checks import NoActionStreak, has_valid_action
 from swerl.rollout.runner import RolloutRunner
-from swerl.tasks.instance import Instance, load_instances
+from swerl.tasks.instance import Instance
+from swerl.tasks.sources import load_tasks
 
 AGENT_NAME = "swerl_swe"
 AGENT_LOOP_CONFIG = Path(__file__).with_name("verl_agent_loop.yaml")
@@ -54,7 +55,7 @@ def dataset_rows(
     tasks: str | list[Instance] = "swerl-mini", data_source: str = "swerl"
 ) -> list[dict[str, Any]]:
     """Rows of a verl RL dataset (write them to parquet), one per task; the prompt is swerl's own."""
-    insts = load_instances(tasks) if isinstance(tasks, str) else tasks
+    insts = load_tasks(tasks) if isinstance(tasks, str) else tasks
     return [
         {
             "data_source": data_source,
@@ -166,7 +167,7 @@ class SwerlAgentLoop(AgentLoopBase):
     ) -> None:
         kwargs.pop("name", None)  # the YAML entry's own name, passed along by hydra
         super().__init__(*args, **kwargs)
-        self.tasks = {t.instance_id: t for t in load_instances(tasks)}
+        self.tasks = {t.instance_id: t for t in load_tasks(tasks)}
         self.action_format = make_action_format(action_format)
         self.system_prompt = system_prompt
         self.runner_kwargs = {

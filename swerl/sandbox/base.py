@@ -123,6 +123,10 @@ class SandboxConfig:
     """A command that writes more output than this is killed (an output flood)."""
     max_file_size: int = 1 << 30
     """Largest file a command may write (``ulimit -f``); 0 for no limit."""
+    storage_mb: int = 0
+    """Size limit of the sandbox's writable layer in MB (0: none). Docker only, on a storage driver
+    that supports ``--storage-opt size`` (``swerl.sandbox.docker.storage_limit_refusal``); the
+    other backends refuse it in ``make_sandbox``."""
     start_timeout: float = 60.0
     lifetime: float = 6 * 3600.0
     """Seconds the sandbox may live at most: it must outlive any episode."""
