@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import threading
 import time
 
 import jsonschema
@@ -162,6 +163,34 @@ def test_eviction_breaks_the_channel_as_an_infra_error(k8s, base_image, sandbox_
     assert not k8s.pod_exists(NAMESPACE, sb.name)
 
 
+def test_a_pod_deleted_mid_command_fails_it_in_bounded_time_even_if_the_stream_stays_open(
+    k8s, base_image, sandbox_config
+):
+    sb = make_sandbox("kubernetes", base_image, sandbox_config).start()
+    try:
+        channel, stream = sb._channel, sb._stream
+        channel.probe_every = 0.5
+        real = channel._recv
+
+        def silent_after_end() -> bytes:  # an API server that never closes the exec stream
+            chunk = real()
+            if not chunk:
+                time.sleep(stream.timeout or 3600)
+                raise TimeoutError("timed out")
+            return chunk
+
+        channel._recv = silent_after_end
+        timer = threading.Timer(1.0, lambda: sb._api.delete_namespaced_pod(sb.name, sb.namespace))
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(SandboxError, match=r"no longer exists|is being deleted"):
+            sb.execute("sleep 600", timeout=0)
+        timer.join()
+        assert time.monotonic() - start < 30
+    finally:
+        sb.close()
+
+
 def test_unreachable_api_is_backend_unavailable(tmp_path, base_image):
     path = tmp_path / "kubeconfig"
     cfg = {
@@ -190,7 +219,8 @@ def test_numeric_users_only():
 def test_reaper_deletes_a_runs_pods_only(k8s, base_image, sandbox_config):
     mine = sandbox_config.replace(run_id=f"{sandbox_config.run_id}-reap")
     a = make_sandbox("kubernetes", base_image, mine).start()
-    b = make_sandbox("kubernetes", base_image, mine).start()
+    # one of the run's parts (a runner's actor, a trainer's episode), as Docker's reaper finds
+    b = make_sandbox("kubernetes", base_image, mine.replace(run_id=f"{mine.run_id}-a1")).start()
     other = make_sandbox("kubernetes", base_image, sandbox_config).start()
     try:
         assert reap("kubernetes", mine.run_id) == 2
