@@ -100,7 +100,7 @@ def check_all(
     if use_ray:
         import ray
 
-        from swerl.tasks.synth.runs import ensure_ray
+        from swerl.cluster.ray_init import ensure_ray
 
         ensure_ray()
         remote = ray.remote(num_cpus=0)(_check_chunk)

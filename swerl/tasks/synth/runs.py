@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from swerl.cluster.ray_init import ensure_ray
 from swerl.errors import InfraError
 from swerl.sandbox.base import SandboxConfig
 
@@ -41,19 +41,6 @@ def run_job(image: str, job: dict[str, Any], timeout: float, backend: str = "doc
         return json.loads(sb.read_file("/tmp/swerl_out.json"))
     finally:
         sb.close()
-
-
-def ensure_ray(address: str | None = None) -> None:
-    """Connect to Ray (``address`` or RAY_ADDRESS) or start a local one."""
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or None,
-            ignore_reinit_error=True,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-        )
 
 
 def run_jobs(
