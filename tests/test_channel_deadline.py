@@ -10,11 +10,13 @@ their own files.
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
 import time
 
 import pytest
+from midcommand import fails_within, hold_stream_open
 
 from swerl.errors import SandboxError
 from swerl.sandbox.docker import DockerSandbox
@@ -75,23 +77,6 @@ def test_a_silent_channel_without_timeout_ends_when_the_backend_says_the_sandbox
     assert peer.recv(65536).startswith(b"X 1 0 ")  # the request went out, with no timeout
 
 
-def _hold_stream_open(sb: DockerSandbox) -> None:
-    """What a daemon under load was seen to do: keep a dead container's stream open."""
-    channel, sock = sb._channel, sb._sock._sock
-    real = channel._recv
-    ended = threading.Event()
-
-    def recv() -> bytes:
-        chunk = b"" if ended.is_set() else real()
-        if not chunk:  # from now on: silence, as on an open socket
-            ended.set()
-            time.sleep(sock.gettimeout() or 3600)
-            raise TimeoutError("timed out")
-        return chunk
-
-    channel._recv = recv
-
-
 def _cut(sb: DockerSandbox, how: str, client) -> None:
     if how == "killed":
         client.api.kill(sb.container_id)
@@ -119,15 +104,10 @@ def test_a_docker_command_fails_in_bounded_time_when_its_container_goes(
     try:
         sb._channel.grace, sb._channel.probe_every = 1.0, 0.5
         if how == "removed, stream held open":
-            _hold_stream_open(sb)
+            hold_stream_open(sb._channel, sb._sock._sock.gettimeout)
         assert sb.execute("echo up").output == "up\n"
-        timer = threading.Timer(1.0, _cut, (sb, how, docker_client))
-        timer.start()
-        start = time.monotonic()
-        with pytest.raises(SandboxError, match=says):
-            sb.execute("sleep 600", timeout=2 if how == "frozen" else 0)
-        timer.join()
-        assert time.monotonic() - start < BOUND
+        cut = functools.partial(_cut, sb, how, docker_client)
+        fails_within(BOUND, sb, cut, says, timeout=2 if how == "frozen" else 0)
         assert not sb.alive
         with pytest.raises(SandboxError):
             sb.execute("true")

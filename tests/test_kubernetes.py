@@ -8,8 +8,8 @@ start failures as infra errors, cleanup, reaping, RBAC, grading, exec latency.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
-import threading
 import time
 
 import jsonschema
@@ -17,6 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from k8s_api_double import NAMESPACE, _policy_selects
+from midcommand import fails_within, hold_stream_open
 
 from swerl.cluster import kuberay
 from swerl.errors import BackendUnavailable, ImageMissing, SandboxError
@@ -168,25 +169,10 @@ def test_a_pod_deleted_mid_command_fails_it_in_bounded_time_even_if_the_stream_s
 ):
     sb = make_sandbox("kubernetes", base_image, sandbox_config).start()
     try:
-        channel, stream = sb._channel, sb._stream
-        channel.probe_every = 0.5
-        real = channel._recv
-
-        def silent_after_end() -> bytes:  # an API server that never closes the exec stream
-            chunk = real()
-            if not chunk:
-                time.sleep(stream.timeout or 3600)
-                raise TimeoutError("timed out")
-            return chunk
-
-        channel._recv = silent_after_end
-        timer = threading.Timer(1.0, lambda: sb._api.delete_namespaced_pod(sb.name, sb.namespace))
-        timer.start()
-        start = time.monotonic()
-        with pytest.raises(SandboxError, match=r"no longer exists|is being deleted"):
-            sb.execute("sleep 600", timeout=0)
-        timer.join()
-        assert time.monotonic() - start < 30
+        sb._channel.probe_every = 0.5
+        hold_stream_open(sb._channel, lambda: sb._stream.timeout)
+        delete = functools.partial(sb._api.delete_namespaced_pod, sb.name, sb.namespace)
+        fails_within(30, sb, delete, r"no longer exists|is being deleted")
     finally:
         sb.close()
 
