@@ -269,3 +269,14 @@ def test_a_server_that_is_down_makes_retried_infra_errors(tiny_model_dir, ray_se
     assert ep.status == "infra_error" and ep.reward is None and ep.reason == "policy_error"
     assert "cannot reach the model server" in ep.error and ep.retries == 1 and stats["retried"] == 1
     assert json.loads(ep.to_json())["reward"] is None
+
+
+def test_a_format_object_needs_token_mode():
+    """A format object (PatchMenu) reads the sampled ids, which chat mode does not have exactly."""
+    from swerl.errors import ConfigError
+    from swerl.policies.formats import PatchMenu
+
+    with pytest.raises(ConfigError, match="needs mode 'auto' or 'tokens'"):
+        LLMPolicy("m", base_url="http://127.0.0.1:9/v1", action_format=PatchMenu(), mode="chat")
+    with pytest.raises(ConfigError, match="format object with start"):
+        LLMPolicy("m", base_url="http://127.0.0.1:9/v1", action_format=object())

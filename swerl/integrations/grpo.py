@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -54,6 +54,8 @@ class StepLog:
     stale_tokens: int
     stale_ratio_dev: float
     """Mean |ratio - 1| over tokens sampled by older weights (what the clip is for)."""
+    sampled_by: list[int]
+    """The versions that sampled the step's model tokens (each turn records its own)."""
     wait_s: float
     """The trainer blocked on the stream (episodes not done yet)."""
     train_s: float
@@ -123,7 +125,8 @@ def train_grpo(
 
 
 def _grpo_update(model: Any, opt: Any, batch: list[list[Episode]], version: int, clip: float) -> dict:
-    """One clipped policy-gradient step on ``batch`` (groups of one task's episodes)."""
+    """One clipped policy-gradient step on ``batch`` (groups of one task's episodes): PPO's clipped
+    ratio against the recorded logprobs, group-normalised advantages, averaged over model tokens."""
     import torch
 
     rewards, stds, dropped = [], [], 0
@@ -138,8 +141,8 @@ def _grpo_update(model: Any, opt: Any, batch: list[list[Episode]], version: int,
         stds.append(float(r.std()))
         adv = (r - r.mean()) / (r.std() + 1e-4)
         terms.extend((trainer_tokens(e), float(a)) for e, a in zip(kept, adv, strict=True))
-    on_dev, on_n, stale_dev, stale_n = 0.0, 0, 0.0, 0
-    loss = torch.zeros(())
+    on_dev, on_n, stale_dev, stale_n, versions = 0.0, 0, 0.0, 0, set()
+    loss, tokens = torch.zeros(()), 0
     for t, a in terms:
         if t.logprobs is None:
             raise ConfigError("train_grpo needs the sampler's logprobs on every model token")
@@ -151,6 +154,7 @@ def _grpo_update(model: Any, opt: Any, batch: list[list[Episode]], version: int,
         ratio = torch.exp(logp - old)
         with torch.no_grad():
             for (s, e), v in zip(t.turns, t.policy_versions, strict=True):
+                versions.add(v)
                 if v == version:
                     on_dev = max(on_dev, float((logp[s:e] - old[s:e]).abs().max()))
                     on_n += e - s
@@ -160,8 +164,9 @@ def _grpo_update(model: Any, opt: Any, batch: list[list[Episode]], version: int,
         if a == 0.0:
             continue
         obj = torch.minimum(ratio * a, torch.clamp(ratio, 1 - clip, 1 + clip) * a)
-        loss = loss - (obj * mask).sum() / mask.sum().clamp(min=1)
-    loss = loss / max(1, len(terms))
+        loss = loss - (obj * mask).sum()
+        tokens += int(mask.sum())
+    loss = loss / max(1, tokens)  # each model token weighs the same, however long its episode
     if loss.requires_grad:
         loss.backward()
         opt.step()
@@ -170,11 +175,12 @@ def _grpo_update(model: Any, opt: Any, batch: list[list[Episode]], version: int,
         "version": version,
         "reward": sum(rewards) / len(rewards) if rewards else float("nan"),
         "reward_std": sum(stds) / len(stds) if stds else 0.0,
-        "loss": float(loss),
+        "loss": float(loss.detach()),
         "episodes": len(rewards),
         "dropped": dropped,
         "on_policy_tokens": on_n,
         "on_policy_dev": on_dev,
         "stale_tokens": stale_n,
         "stale_ratio_dev": stale_dev / stale_n if stale_n else 0.0,
+        "sampled_by": sorted(v for v in versions if v is not None),
     }

@@ -20,6 +20,11 @@ every step (``Sampled.mode``):
   ``Episode.to_tokens(tokenizer)`` then lays the messages out with ``exact=False``
   and the trainer adapters refuse it unless allowed.
 
+``action_format`` is ``"text"``, ``"tools"``, or a format object of
+``swerl.policies.formats`` (e.g. ``PatchMenu()``) that turns the sampled ids into the
+action; a format object needs token mode. ``seed`` gives every token-mode request a
+seed derived from it, the episode and the turn (vLLM's per-request ``seed``).
+
 ``mode="auto"`` uses tokens when the model's tokenizer loads here (``tokenizer``,
 else ``model`` as a path or name) and the server answers a token prompt with ids;
 otherwise chat, with a warning saying why.
