@@ -271,6 +271,26 @@ def test_a_server_that_is_down_makes_retried_infra_errors(tiny_model_dir, ray_se
     assert json.loads(ep.to_json())["reward"] is None
 
 
+def test_a_conversation_that_fills_the_context_ends_truncated_not_retried(
+    tiny_model_dir, ray_session, tasks, sandbox_config
+):
+    # The first prompt alone is longer than max_context: the policy stops before any request
+    # (the port has no server: asking it would be a retried infra error, as in the test above).
+    p = policy(tiny_model_dir, f"http://127.0.0.1:{free_port()}/v1", mode="tokens", max_context=16)
+    with RolloutRunner(
+        tasks[:1],
+        p,
+        num_actors=1,
+        max_retries=1,
+        retry_delay=0.1,
+        env_kwargs={"sandbox_config": sandbox_config},
+    ) as r:
+        (ep,) = r.run()
+        stats = dict(r.stats)
+    assert ep.reason == "max_context" and ep.status == "empty_patch" and ep.reward == 0.0  # graded: no diff
+    assert not ep.infra_error and ep.retries == 0 and stats.get("retried", 0) == 0 and ep.steps == []
+
+
 def test_a_format_object_needs_token_mode():
     """A format object (PatchMenu) reads the sampled ids, which chat mode does not have exactly."""
     from swerl.errors import ConfigError

@@ -68,7 +68,7 @@ def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path,
     and whose empty patch does not, in swerl and in swebench's run_instance."""
     from swerl.bench.grade import _remove_official_containers, official_grade
     from swerl.grading import docker_factory, grade
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
     from swerl.tasks.synth import synthesize
 
     out = tmp_path / "suite"
@@ -76,7 +76,7 @@ def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path,
         ["pypi:inflection==0.5.1", str(SUITES / "repos" / "swerl__textkit.bundle")],
         out, max_candidates=2, per_function=1, workers=2, workdir=tmp_path / "work",
     )  # fmt: skip
-    insts = load_instances(out / "tasks.jsonl")
+    insts = load_tasks(out / "tasks.jsonl")
     images = {i.image for i in insts}
     run_id = f"synth-t-{tmp_path.name[-12:]}"
     monkeypatch.chdir(tmp_path)  # run_instance writes its logs under the cwd

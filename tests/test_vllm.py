@@ -191,8 +191,8 @@ def test_chat_mode_on_vllm_keeps_the_sampled_ids_and_lays_each_message_out_once(
         assert text.count(obs) == 1
 
 
-def test_replies_are_cut_to_the_context_left(vllm, tiny_model_dir, hf):
-    from swerl.errors import PolicyError
+def test_replies_are_cut_to_the_context_left_and_a_full_context_stops_the_episode(vllm, tiny_model_dir, hf):
+    from swerl.policies.base import STOP
 
     vllm.wait()
     probe = LLMPolicy(str(tiny_model_dir), base_url=vllm.url, max_tokens=1)
@@ -201,8 +201,11 @@ def test_replies_are_cut_to_the_context_left(vllm, tiny_model_dir, hf):
     state = p.start(None, 0)
     d = p.act(state, "fix it")
     assert 1 <= len(d.info["completion_ids"]) <= 3 and len(state.chat.ids) <= n + 3
-    with pytest.raises(PolicyError, match="fills the model's context"):
-        p.act(state, "a long observation " * 5)
+    assert p.act(state, "a long observation " * 5).info == {STOP: "max_context"}  # truncated, not an error
+    # without max_context the server's own refusal (longer than --max-model-len 2048) says the same
+    for mode in ("tokens", "chat"):
+        q = LLMPolicy(str(tiny_model_dir), base_url=vllm.url, max_tokens=4, mode=mode)
+        assert q.act(q.start(None, 0), "word " * 2100).info == {STOP: "max_context"}
 
 
 @pytest.mark.timeout(1200)  # ~2 min on a quiet box; the steps wait on Docker episodes under load

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from swerl.resources import suites_dir
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
     from swerl.tasks.synth import synthesize
 
     specs = list(args.repos)
@@ -64,9 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     per_method = report.per_method()
     candidates = sum(m.get("candidates", 0) for m in per_method.values())
     hours = wall / 3600
-    insts = [
-        i for i in load_instances(Path(args.out) / "tasks.jsonl") if i.extra["synth"]["method"] == "inject"
-    ]
+    insts = [i for i in load_tasks(Path(args.out) / "tasks.jsonl") if i.extra["synth"]["method"] == "inject"]
     probe_s = sum(r.seconds.get("inject_probe", 0.0) for r in report.repos)
     runs = per_method.get("inject", {}).get("probe_runs", 0)
     fresh = container_run_seconds(insts, args.compare) if args.compare and insts else []

@@ -31,7 +31,10 @@ otherwise chat, with a warning saying why.
 
 Failures of the server (down, slower than ``timeout``, an error status, an answer
 that is not a chat completion) raise ``PolicyError``, an infra error: the episode
-is retried, never scored 0.
+is retried, never scored 0. A conversation that fills the model's context is not a
+failure: the policy stops the episode (``STOP``, reason ``max_context``), which the env
+ends as truncated (graded by its truncation rule, ``grade_on_truncate``); a retry would
+only fill the context again.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from swerl.chat_tokens import ChatTokens
 from swerl.env.actions import FORMAT_HELP, TOOLS
 from swerl.episode import Sampled
 from swerl.errors import ConfigError, InfraError, PolicyError
-from swerl.policies.base import Decision
+from swerl.policies.base import Decision, stop
 from swerl.tasks.instance import Instance
 
 SYSTEM_PROMPT = f"""You are a software engineer fixing an issue in the repository at /testbed.
@@ -59,6 +62,8 @@ TOOLS_PROMPT = """You are a software engineer fixing an issue in the repository 
 Work step by step with the tools: inspect the code, make the fix, run the tests, then call submit."""
 ACTION_FORMATS = ("text", "tools")
 MODES = ("auto", "tokens", "chat")
+MAX_CONTEXT = "max_context"
+"""The ``STOP`` reason of an episode whose conversation fills the model's context."""
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 log = logging.getLogger(__name__)
 _LOADING = threading.Lock()
@@ -242,6 +247,8 @@ class LLMPolicy:
                     **kwargs,
                 )
             except (openai.BadRequestError, openai.UnprocessableEntityError) as e:
+                if context_full(e):
+                    return stop(MAX_CONTEXT)
                 extras = [k for k in ("extra_body", "logprobs") if k in kwargs]
                 if not extras:
                     raise PolicyError(f"the model server rejected the request: {e}") from None
@@ -274,6 +281,8 @@ class LLMPolicy:
             state.messages.append({"role": "user", "content": observation})
         prompt_messages = [dict(m) for m in state.messages] if first else None
         resp = self._request(state.messages)
+        if isinstance(resp, Decision):  # the conversation no longer fits the model's context
+            return resp
         choices = getattr(resp, "choices", None)
         if not choices or getattr(choices[0], "message", None) is None:
             raise PolicyError(f"the model server's answer has no choices: {str(resp)[:200]}")
@@ -306,9 +315,13 @@ class LLMPolicy:
         else:
             start = len(chat.ids)
             delta = chat.add_messages([{"role": role, "content": observation}])
+        if self.max_context is not None and len(chat.ids) >= self.max_context:
+            return stop(MAX_CONTEXT)  # no room for one more token: truncated, not an infra error
         for _ in range(3):
             before = self._weights_label()
             resp = self._complete(chat.ids, self._seed(state))
+            if isinstance(resp, Decision):
+                return resp
             if resp is None:  # the server takes no token prompt / returns no ids: chat mode from now on
                 state.chat = None
                 return None
@@ -383,11 +396,6 @@ class LLMPolicy:
         max_tokens = self.max_tokens
         if self.max_context is not None:
             max_tokens = min(max_tokens, self.max_context - len(prompt))
-            if max_tokens < 1:
-                raise PolicyError(
-                    f"the conversation ({len(prompt)} tokens) fills the model's context ({self.max_context}); "
-                    "lower the env's max_steps or observation_chars, or serve a longer context"
-                )
         extra: dict[str, Any] = {"return_token_ids": True}
         if self.top_k is not None:
             extra["top_k"] = self.top_k
@@ -404,6 +412,8 @@ class LLMPolicy:
                 extra_body=extra,
             )
         except openai.APIStatusError as e:
+            if context_full(e):
+                return stop(MAX_CONTEXT)
             if e.status_code not in (400, 404, 405, 422, 501):  # no such route, or the ids refused
                 raise PolicyError(f"the model server failed: {type(e).__name__}: {e}") from None
             return self._no_tokens(f"the server refused a token-id prompt: {str(e)[:200]}")
@@ -466,6 +476,18 @@ class LLMPolicy:
         turn.completion_ids = completion
         state.seq = prompt + completion
         return turn
+
+
+def context_full(error: Any) -> bool:
+    """Whether a server's 400 says the prompt leaves no room in the model's context (vLLM, SGLang,
+    OpenAI word it so): the episode is over, a retry would fail the same way."""
+    if getattr(error, "status_code", None) != 400:
+        return False
+    body = getattr(error, "body", None)
+    code = body.get("code") if isinstance(body, dict) else None
+    text = str(error).lower()
+    words = ("context length", "context window", "maximum model length")
+    return code == "context_length_exceeded" or any(w in text for w in words)
 
 
 def _extra(obj: Any, name: str) -> Any:
