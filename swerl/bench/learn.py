@@ -79,10 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     from swerl.integrations.vllm import VLLMServer
     from swerl.rollout.runner import ensure_ray
     from swerl.tasks.images import build_task_images
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
 
     torch.set_num_threads(1)  # a tiny model: one thread is fastest
-    tasks = [t for t in load_instances("swerl-mini") if t.instance_id in TASKS]
+    tasks = [t for t in load_tasks("swerl-mini") if t.instance_id in TASKS]
     build_task_images(tasks)
     model_dir = str(tiny_model())
     runs: dict[int, list[dict]] = {}
