@@ -43,6 +43,8 @@ from swerl.grading.channel import (
 )
 from swerl.grading.integrity import (
     STRICT_PREFIX,
+    VERDICT_LOG,
+    VERDICT_RUNNER,
     GradingMode,
     Integrity,
     instance_test_files,
@@ -159,9 +161,7 @@ def evaluate(
         if run is not None and runs_pytest(spec.eval_script):
             verdict = read_verdict(_read_bytes(sb, run.verdict), run.key)
         if integrity is not None:
-            integrity.verdict = (
-                "strict runner" if verdict is not None else "log (the test command is not pytest)"
-            )
+            integrity.verdict = VERDICT_RUNNER if verdict is not None else VERDICT_LOG
         return Evaluation(
             True, text, apply_output, apply_command=apply_command, timed_out=r.timed_out,
             timings=timings, integrity=integrity, verdict=verdict,
