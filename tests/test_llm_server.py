@@ -361,3 +361,14 @@ def test_synth_problem_statements_fall_back_to_the_template_and_say_why(garbage_
         quoter.shutdown()
     with pytest.raises(ConfigError, match="problem-statement model"):  # down: refused before any work
         ModelWriter(f"http://127.0.0.1:{free_port()}/v1", "m", timeout=2).check()
+
+
+def test_a_format_object_needs_token_mode():
+    """A format object (PatchMenu) reads the sampled ids, which chat mode does not have exactly."""
+    from swerl.errors import ConfigError
+    from swerl.policies.formats import PatchMenu
+
+    with pytest.raises(ConfigError, match="needs mode 'auto' or 'tokens'"):
+        LLMPolicy("m", base_url="http://127.0.0.1:9/v1", action_format=PatchMenu(), mode="chat")
+    with pytest.raises(ConfigError, match="format object with start"):
+        LLMPolicy("m", base_url="http://127.0.0.1:9/v1", action_format=object())

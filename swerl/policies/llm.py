@@ -20,6 +20,11 @@ every step (``Sampled.mode``):
   ``Episode.to_tokens(tokenizer)`` then lays the messages out with ``exact=False``
   and the trainer adapters refuse it unless allowed.
 
+``action_format`` is ``"text"``, ``"tools"``, or a format object of
+``swerl.policies.formats`` (e.g. ``PatchMenu()``) that turns the sampled ids into the
+action; a format object needs token mode. ``seed`` gives every token-mode request a
+seed derived from it, the episode and the turn (vLLM's per-request ``seed``).
+
 ``mode="auto"`` uses tokens when the model's tokenizer loads here (``tokenizer``,
 else ``model`` as a path or name) and the server answers a token prompt with ids;
 otherwise chat, with a warning saying why.
@@ -39,6 +44,7 @@ import logging
 import os
 import re
 import threading
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -73,6 +79,11 @@ class Conversation:
     tool_call_id: str | None = None
     chat: ChatTokens | None = None
     """Token mode: the conversation as ids, the next prompt while the model is to speak."""
+    format_state: Any = None
+    """The action format object's per-episode state (``PatchMenu``'s choice), if there is one."""
+    key: str = ""
+    """``task#attempt``: with the policy's ``seed``, what each turn's sampling seed derives from."""
+    turns: int = 0
 
 
 class LLMPolicy:
@@ -89,7 +100,7 @@ class LLMPolicy:
         timeout: float = 120.0,
         logprobs: bool = True,
         token_ids: bool = True,
-        action_format: str = "text",
+        action_format: Any = "text",
         max_retries: int = 0,
         policy_version: int | None = None,
         mode: str = "auto",
@@ -97,8 +108,21 @@ class LLMPolicy:
         top_p: float = 1.0,
         top_k: int | None = None,
         max_context: int | None = None,
+        seed: int | None = None,
     ) -> None:
-        if action_format not in ACTION_FORMATS:
+        self.format = None if isinstance(action_format, str) else action_format
+        """A format object (``swerl.policies.formats``, e.g. ``PatchMenu()``) that turns the sampled
+        ids and text into the action; token mode only, since it reads the ids."""
+        if self.format is not None and not (hasattr(self.format, "start") and hasattr(self.format, "action")):
+            raise ConfigError(
+                f"LLMPolicy action_format must be one of {ACTION_FORMATS} or a format object with "
+                f"start() and action() (swerl.policies.formats), got {action_format!r}"
+            )
+        if self.format is not None and mode == "chat":
+            raise ConfigError(
+                "LLMPolicy: a format object reads the sampled ids, so it needs mode 'auto' or 'tokens'"
+            )
+        if self.format is None and action_format not in ACTION_FORMATS:
             raise ConfigError(
                 f"LLMPolicy action_format must be one of {ACTION_FORMATS}, got {action_format!r}"
             )
@@ -113,6 +137,9 @@ class LLMPolicy:
         self.max_context = max_context
         """The server's context length (vLLM ``--max-model-len``): in token mode a turn asks for at
         most the tokens that still fit, so a long episode gets shorter replies, not server errors."""
+        self.seed = seed
+        """Token mode: each request carries a seed derived from this, the episode and the turn, so
+        the same weights sample the same tokens again (vLLM's per-request ``seed``)."""
         self._labels: bool | None = None
         """Whether the server labels its weights (vLLM in dev mode); None until asked."""
         self.model = model
@@ -121,7 +148,7 @@ class LLMPolicy:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.action_format = action_format
-        default_prompt = TOOLS_PROMPT if action_format == "tools" else SYSTEM_PROMPT
+        default_prompt = TOOLS_PROMPT if self._tools() else SYSTEM_PROMPT
         self.system_prompt = default_prompt if system_prompt is None else system_prompt
         self.timeout = timeout
         self.logprobs = logprobs
@@ -150,7 +177,23 @@ class LLMPolicy:
         return self._client
 
     def start(self, task: Instance, attempt: int) -> Conversation:
-        return Conversation([{"role": "system", "content": self.system_prompt}])
+        key = f"{task.instance_id}#{attempt}" if task is not None else f"#{attempt}"
+        state = Conversation([{"role": "system", "content": self.system_prompt}], key=key)
+        if self.format is not None:
+            state.format_state = self.format.start(task)
+        return state
+
+    def _tools(self) -> list[dict[str, Any]] | None:
+        """The tool definitions the chat template renders (or the server gets), if any."""
+        if self.format is not None:
+            return self.format.tools
+        return TOOLS if self.action_format == "tools" else None
+
+    def _role(self) -> str:
+        """The role observations come back in."""
+        if self.format is not None:
+            return self.format.observation_role
+        return "tool" if self.action_format == "tools" else "user"
 
     # ------------------------------------------------------------------ mode
     def _load_tokenizer(self) -> Any:
@@ -175,13 +218,13 @@ class LLMPolicy:
             return False
         tok = self._load_tokenizer()
         if isinstance(tok, str):
-            if self.mode == "tokens":
-                raise ConfigError(f"LLMPolicy mode='tokens': {tok}")
+            if self.mode == "tokens" or self.format is not None:
+                raise ConfigError(f"LLMPolicy mode='tokens' (or a format object): {tok}")
             log.warning("LLMPolicy runs in chat mode (inexact token records): %s", tok)
             self.mode = "chat"
             return False
-        tools = TOOLS if self.action_format == "tools" else None
-        state.chat = ChatTokens(tok, [*state.messages, {"role": "user", "content": observation}], tools=tools)
+        messages = [*state.messages, {"role": "user", "content": observation}]
+        state.chat = ChatTokens(tok, messages, tools=self._tools())
         return True
 
     def _request(self, messages: list[dict[str, Any]]) -> Any:
@@ -266,7 +309,7 @@ class LLMPolicy:
         """One turn token-in/token-out; None if the server cannot (known on a first turn: then chat)."""
         chat = state.chat
         assert chat is not None
-        role = "tool" if self.action_format == "tools" else "user"
+        role = self._role()
         if first:  # the chat was built with the first observation
             start, delta = 0, list(chat.ids)
         else:
@@ -276,7 +319,7 @@ class LLMPolicy:
             return stop(MAX_CONTEXT)  # no room for one more token: truncated, not an infra error
         for _ in range(3):
             before = self._weights_label()
-            resp = self._complete(chat.ids)
+            resp = self._complete(chat.ids, self._seed(state))
             if isinstance(resp, Decision):
                 return resp
             if resp is None:  # the server takes no token prompt / returns no ids: chat mode from now on
@@ -302,9 +345,12 @@ class LLMPolicy:
             turn.observation_role = role
             turn.tools = chat.tools
         chat.add_completion(ids)
+        state.turns += 1
         text = chat.tokenizer.decode(ids, skip_special_tokens=True)
         info = turn.to_info()
         info["usage"] = {"prompt_tokens": len(chat.ids) - len(ids), "completion_tokens": len(ids)}
+        if self.format is not None:
+            return Decision(self.format.action(state.format_state, text, ids), info)
         return Decision(self._token_action(text), info)
 
     def _weights_label(self) -> str | None:
@@ -338,7 +384,12 @@ class LLMPolicy:
         calls = _TOOL_CALL.findall(text)
         return calls[0].strip() if len(calls) == 1 else text  # else the env says what is wrong
 
-    def _complete(self, prompt: list[int]) -> Any:
+    def _seed(self, state: Conversation) -> int | None:
+        if self.seed is None:
+            return None
+        return zlib.crc32(f"{self.seed}:{state.key}:{state.turns}".encode()) & 0x7FFFFFFF
+
+    def _complete(self, prompt: list[int], seed: int | None = None) -> Any:
         """``/v1/completions`` on token ids; None when the server cannot do it (decided on the first call)."""
         import openai
 
@@ -348,6 +399,8 @@ class LLMPolicy:
         extra: dict[str, Any] = {"return_token_ids": True}
         if self.top_k is not None:
             extra["top_k"] = self.top_k
+        if seed is not None:
+            extra["seed"] = seed
         try:
             resp = self._chat().completions.create(
                 model=self.model,
@@ -381,7 +434,7 @@ class LLMPolicy:
         return resp
 
     def _no_tokens(self, why: str) -> None:
-        if self.mode == "tokens":
+        if self.mode == "tokens" or self.format is not None:
             raise PolicyError(f"LLMPolicy mode='tokens': {why}")
         log.warning("LLMPolicy runs in chat mode (inexact token records): %s", why)
         self.mode = "chat"
