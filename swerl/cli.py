@@ -50,7 +50,7 @@ def cmd_images_build_base(args: argparse.Namespace) -> int:
 def cmd_tasks_list(args: argparse.Namespace) -> int:
     from swerl.tasks.sources import load_tasks
 
-    instances = load_tasks(args.suite, kind=args.source)
+    instances = load_tasks(args.suite, kind=args.source, accept=args.accept_deviation)
     rows = [{"instance_id": i.instance_id, "repo": i.repo, "image": i.image} for i in instances]
     text = "\n".join(f"{r['instance_id']:40s} {r['repo']:24s} {r['image']}" for r in rows)
     _emit(args, rows, text)
@@ -62,7 +62,7 @@ def cmd_tasks_build_images(args: argparse.Namespace) -> int:
     from swerl.tasks.sources import load_tasks
     from swerl.tasks.sources.synth import bundle_dirs
 
-    tasks = load_tasks(args.suite, kind=args.source)
+    tasks = load_tasks(args.suite, kind=args.source, accept=args.accept_deviation)
     images = build_images(tasks, force=args.force, bundles=bundle_dirs(args.suite))  # instance id -> image
     _emit(args, {"images": images}, "\n".join(f"{iid:40s} {image}" for iid, image in images.items()))
     return EXIT_OK
@@ -73,7 +73,7 @@ def cmd_tasks_validate(args: argparse.Namespace) -> int:
     from swerl.tasks.sources import load_tasks
     from swerl.tasks.validate import count_mismatches, format_table, validate_suite
 
-    instances = load_tasks(args.suite, kind=args.source)
+    instances = load_tasks(args.suite, kind=args.source, accept=args.accept_deviation)
     check_docker((i.image for i in instances), args.suite)  # exit 3, one line: not a table of MISMATCH
     rows = validate_suite(instances, out=None)
     _emit(args, [dataclasses.asdict(r) | {"ok": r.ok} for r in rows], format_table(rows))
@@ -107,7 +107,7 @@ def cmd_tasks_export(args: argparse.Namespace) -> int:
     from swerl.tasks.instance import select
     from swerl.tasks.sources import load_tasks
 
-    tasks = load_tasks(args.suite, kind=args.source)
+    tasks = load_tasks(args.suite, kind=args.source, accept=args.accept_deviation)
     tasks = select(tasks, args.task) if args.task else tasks
     paths = export_all(tasks, args.out, args.format)
     _emit(args, {"folders": [str(p) for p in paths]}, "\n".join(map(str, paths)))
@@ -146,7 +146,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from swerl.evaluate import default_run_id, mode_run_id, run_eval
     from swerl.tasks.sources import load_tasks
 
-    instances = load_tasks(args.tasks, kind=args.source)
+    instances = load_tasks(args.tasks, kind=args.source, accept=args.accept_deviation)
     client = None
     if args.backend == "docker":
         from swerl.sandbox.docker import connect
@@ -154,6 +154,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         client = connect()  # fail fast (exit 3) before grading; the report lists leftovers with it
     run_id = args.run_id or default_run_id()
     progress = (lambda _line: None) if args.json else print
+    output_dir = Path(args.output_dir or Path("runs", "eval", run_id))
+    progress(f"output: {output_dir}/ (logs/run_evaluation/{run_id}/ and the report)")
     runs, failed = {}, {}
     modes = ("official", "strict") if args.grading == "both" else (args.grading,)
     for mode in modes:
@@ -162,7 +164,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 args.predictions,
                 instances,
                 run_id=mode_run_id(run_id, mode),
-                out=args.output_dir,
+                out=output_dir,
                 workers=args.workers,
                 timeout=args.timeout,
                 retries=args.retries,
@@ -198,7 +200,7 @@ def cmd_sandbox_shell(args: argparse.Namespace) -> int:
     from swerl.tasks.instance import select
     from swerl.tasks.sources import load_tasks
 
-    (task,) = select(load_tasks(args.tasks, kind=args.source), [args.task])
+    (task,) = select(load_tasks(args.tasks, kind=args.source, accept=args.accept_deviation), [args.task])
     interactive = sys.stdin.isatty()
     cfg = SandboxConfig(timeout=args.timeout, workdir="/testbed")
     with make_sandbox(args.backend, task.image, cfg.replace(workdir=task.workdir)) as sb:
@@ -230,10 +232,10 @@ def cmd_sandbox_shell(args: argparse.Namespace) -> int:
 
 
 def _execute_interruptibly(sb: Any, command: str, cwd: str, timeout: float) -> Any:
-    """Run one shell line; Ctrl-C stops waiting for it and keeps the session (a second one ends it).
+    """Run one shell line; Ctrl-C kills it in the sandbox (its process group) and keeps the session.
 
-    Commands on a sandbox are serialized on one channel, so the interrupted command is left to
-    end (or reach --timeout) in the background: the next line runs once it has.
+    A second Ctrl-C while the kill is under way ends the session. Where the backend cannot reach
+    the sandbox beside its channel, the command is left to end or reach --timeout instead.
     """
     import threading
 
@@ -251,12 +253,15 @@ def _execute_interruptibly(sb: Any, command: str, cwd: str, timeout: float) -> A
         while worker.is_alive():
             worker.join(0.2)
     except KeyboardInterrupt:
-        print(
-            f"^C: not waiting for it; it runs on until it ends or its {timeout:g} s timeout "
-            "(the next line waits for that). Ctrl-C again or 'exit' ends the session.",
-            file=sys.stderr,
-            flush=True,
-        )
+        try:
+            sb.interrupt()
+        except InfraError as e:
+            print(f"^C: cannot kill it ({e}); it runs on until it ends or its {timeout:g} s timeout "
+                  "(the next line waits for that)", file=sys.stderr, flush=True)  # fmt: skip
+            return None
+        worker.join(30)
+        print("^C: killed" if not worker.is_alive() else "^C: sent a kill; the next line waits for the command",
+              file=sys.stderr, flush=True)  # fmt: skip
         return None
     if isinstance(result[0], BaseException):
         raise result[0]
@@ -404,6 +409,14 @@ def _source_flag(p: argparse.ArgumentParser) -> None:
         help="force how the tasks are read: harbor, synth, swebench, or a SWE-bench family "
         "(swebench-pro, swe-gym, swe-smith, r2e-gym, swe-rebench)",
     )
+    p.add_argument(
+        "--accept-deviation",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="run tasks although swerl cannot honour FIELD (a task.toml field such as environment.gpus, "
+        "or a SWE-bench family's grading field); the deviation is recorded in each grade. Repeatable",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -487,7 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-id", default=None, help="run id (default: timestamped); a rerun skips graded instances"
     )
     p.add_argument(
-        "--output-dir", default=".", help="where logs/run_evaluation/ and the report go (default: .)"
+        "--output-dir",
+        default=None,
+        help="where logs/run_evaluation/ and the report go (default: runs/eval/RUN_ID, one per run id)",
     )
     p.add_argument("--workers", type=int, default=2, help="grades in flight (default: 2)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds the tests may run per instance")
@@ -593,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     logging.getLogger(_RayNotices.LOGGER).addFilter(_RayNotices())
+    from swerl.rayoutput import RayDumpFilter
+
+    stdout, sys.stdout = sys.stdout, RayDumpFilter(sys.stdout)  # type: ignore[assignment]
     try:
         return args.func(args)
     except ConfigError as e:
@@ -608,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

@@ -135,6 +135,9 @@ class RolloutConfig(Section):
     Harbor task folder (or a folder of them): recognised by its shape (swerl.tasks.sources)."""
     tasks_source: str | None = None
     """Force how ``tasks`` is read: harbor, synth, swebench or a SWE-bench family (swe-gym, ...)."""
+    tasks_accept: list[str] = Field(default_factory=list)
+    """Task fields to run although swerl cannot honour them (``environment.gpus``, ...; ``*``: all),
+    each deviation recorded in the grades (swerl.tasks.harbor_fields). Empty: refuse them."""
     task_ids: list[str] | None = None
     output_dir: str = "runs/{name}"
     backend: BackendSection = Field(default_factory=BackendSection)

@@ -43,9 +43,9 @@ def sandbox_config(run_id) -> SandboxConfig:
 @pytest.fixture(scope="session")
 def suite():
     """The bundled swerl-mini suite's instances (images not built)."""
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
 
-    return load_instances("swerl-mini")
+    return load_tasks("swerl-mini")
 
 
 @pytest.fixture(scope="session")

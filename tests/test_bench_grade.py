@@ -11,7 +11,8 @@ from swerl.bench import _realsize
 from swerl.bench.grade import _remove_official_containers, official_grade, official_log, own_test_time
 from swerl.grading import docker_factory, grade
 from swerl.tasks.images import build_task_images
-from swerl.tasks.instance import SUITES_DIR, load_instances
+from swerl.tasks.instance import SUITES_DIR
+from swerl.tasks.sources import load_tasks
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +28,7 @@ def test_real_size_task_grades_resolved_like_run_instance(tmp_path, docker_clien
     every test parsed, and both logs carry pytest's own time."""
     iid = f"swerl__bigsuite-t{os.getpid()}"
     task_file = _realsize.build(tmp_path / "suite", files=3, tests=20, rounds=200, instance_id=iid)
-    (inst,) = load_instances(task_file)
+    (inst,) = load_tasks(task_file)
     bundles = [task_file.parent / "repos", *sorted(SUITES_DIR.glob("*/repos"))]
     image = build_task_images([inst], client=docker_client, bundles=bundles)[iid]
     monkeypatch.chdir(tmp_path)  # run_instance writes its logs under the cwd

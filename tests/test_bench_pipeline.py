@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swerl.bench import pipeline
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def _own_ray():
 
 def test_both_pipelines_give_the_gold_agent_the_same_rewards():
     """Two tasks at concurrency 2: every episode of both sides resolved, rewards keyed alike."""
-    tasks = load_instances("swerl-mini")[:2]
+    tasks = load_tasks("swerl-mini")[:2]
     (row,) = pipeline.compare(tasks, levels=[2], waves=1, steps=2)
     assert row["episodes"] == 2
     assert row["swerl_rewards"] == {(t.instance_id, 0): 1.0 for t in tasks}
@@ -31,7 +31,7 @@ def test_both_pipelines_give_the_gold_agent_the_same_rewards():
 
 
 def test_agent_commands_end_with_the_gold_patch_applied_by_git():
-    task = load_instances("swerl-mini")[0]
+    task = load_tasks("swerl-mini")[0]
     cmds = pipeline.agent_commands(task, 3)
     assert len(cmds) == 4
     assert cmds[-1].startswith("git apply - <<'") and task.patch.rstrip("\n") in cmds[-1]

@@ -13,9 +13,9 @@ import pytest
 
 from swerl.cli import main
 from swerl.episode import JsonlSink
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
-SUITE = {i.instance_id: i for i in load_instances("swerl-mini")}
+SUITE = {i.instance_id: i for i in load_tasks("swerl-mini")}
 
 
 def run_cli(
@@ -159,10 +159,13 @@ def predictions() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def eval_run(task_images, tmp_path_factory):
-    out = tmp_path_factory.mktemp("eval")
-    (out / "preds.json").write_text(json.dumps(predictions(), indent=2))
-    r = run_cli("eval", "preds.json", "--run-id", "t1", "--json", cwd=out)
-    return out, r
+    cwd = tmp_path_factory.mktemp("eval")
+    (cwd / "preds.json").write_text(json.dumps(predictions(), indent=2))
+    r = run_cli("eval", "preds.json", "--run-id", "t1", "--json", cwd=cwd)
+    # nothing in the current directory but runs/: the report and the harness's logs/ go under one
+    # directory per run id
+    assert sorted(p.name for p in cwd.iterdir()) == ["preds.json", "runs"], r.stderr
+    return cwd / "runs" / "eval" / "t1", r
 
 
 def test_eval_reports_exactly_the_gold_ones_resolved(eval_run):
@@ -224,8 +227,10 @@ def test_eval_rerun_skips_graded_and_bad_files_lose_nothing(eval_run):
     report_file = out / "org__gold-and-empty.t1.json"
     before = report_file.read_text()
     # As the harness: instances with a report.json are kept, the error one (no report) is graded again.
-    r = run_cli("eval", "preds.json", "--run-id", "t1", cwd=out)
+    cwd = out.parents[2]
+    r = run_cli("eval", "preds.json", "--run-id", "t1", cwd=cwd)
     assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("output: runs/eval/t1/ (logs/run_evaluation/t1/ and the report)\n")
     assert (
         "4 instance(s) already graded" in r.stdout
         and f"[  1/1] {BROKEN}: patch_failed" in r.stdout
@@ -236,8 +241,8 @@ def test_eval_rerun_skips_graded_and_bad_files_lose_nothing(eval_run):
         ("bad.json", json.dumps([{"instance_id": GOLD[0], "model_patch": ""}]), "bad.json:1: missing field 'model_name_or_path'"),
         ("bad2.jsonl", json.dumps(predictions()[0] | {"instance_id": "nope__x-9"}), "bad2.jsonl:1: field 'instance_id': unknown instance 'nope__x-9'"),
     ]:  # fmt: skip
-        (out / name).write_text(text)
-        r = run_cli("eval", name, "--run-id", "t1", cwd=out)
+        (cwd / name).write_text(text)
+        r = run_cli("eval", name, "--run-id", "t1", cwd=cwd)
         assert r.returncode == 2 and message in r.stderr, r.stderr
         assert r.stderr.startswith("swerl: error: ") and "Traceback" not in r.stderr
     assert report_file.read_text() == before

@@ -19,13 +19,13 @@ from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swerl.errors import ConfigError
 from swerl.evaluate import apply_log_lines, load_predictions, pick_executor, run_eval
 from swerl.grading import GradeResult, GradeStatus
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
 _chdir = contextlib.chdir
 
 ROOT = Path(__file__).parents[1]
 
-INSTANCES = load_instances("swerl-mini")
+INSTANCES = load_tasks("swerl-mini")
 IDS = [i.instance_id for i in INSTANCES]
 
 
@@ -146,7 +146,7 @@ def _eval(cwd: Path, *args: str) -> tuple[dict, dict]:
     """``swerl eval ARGS --json`` in a fresh Python: (its --json output, rc and whether Ray was imported)."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     r = subprocess.run(
-        [sys.executable, "-c", EVAL_IN_A_FRESH_PROCESS, "eval", *args, "--json"],
+        [sys.executable, "-c", EVAL_IN_A_FRESH_PROCESS, "eval", *args, "--output-dir", ".", "--json"],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -280,7 +280,8 @@ def test_grading_both_finishes_the_strict_half_when_the_official_half_fails(task
     (tmp_path / "m.b2.json").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     r = subprocess.run(
-        [sys.executable, "-m", "swerl.cli", "eval", "preds.jsonl", "--run-id", "b2", "--grading", "both", "--json"],
+        [sys.executable, "-m", "swerl.cli", "eval", "preds.jsonl", "--run-id", "b2", "--grading", "both",
+         "--output-dir", ".", "--json"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 1, r.stderr

@@ -71,7 +71,7 @@ def test_folder_fields_come_from_harbors_schema():
         ),
         (
             lambda d: (d / "task.toml").write_text("[verifier]\ntimeout_sec = -1\n"),
-            r"\[verifier\]\.timeout_sec",
+            r"field 'verifier\.timeout_sec' must be a positive number",
         ),
         (
             lambda d: (d / "environment" / "Dockerfile").write_text("FROM x\n"),

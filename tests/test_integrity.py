@@ -437,7 +437,8 @@ def test_eval_grading_both_writes_both_reports(tasks, tmp_path):
         {"instance_id": "swerl__textkit-2", "model_name_or_path": "m", "model_patch": gold},
     ]
     (tmp_path / "preds.json").write_text(json.dumps(preds))
-    r = run_cli("eval", "preds.json", "--run-id", "b1", "--grading", "both", "--json", cwd=tmp_path)
+    args = ["preds.json", "--run-id", "b1", "--grading", "both", "--output-dir", ".", "--json"]
+    r = run_cli("eval", *args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     official, strict = (json.loads((tmp_path / f"m.{rid}.json").read_text()) for rid in ("b1", "b1-strict"))

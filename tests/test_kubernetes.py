@@ -209,9 +209,9 @@ def test_reaper_deletes_a_runs_pods_only(k8s, base_image, sandbox_config):
 def test_gold_patch_grades_resolved_in_a_fresh_pod(k8s, task_images, run_id):
     from swerl.grading import grade
     from swerl.grading.result import GradeStatus
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
 
-    instance = load_instances("swerl-mini")[0]
+    instance = load_tasks("swerl-mini")[0]
     result = grade(
         instance,
         instance.patch,

@@ -20,7 +20,8 @@ import pytest
 import swerl
 
 ROOT = Path(swerl.__file__).resolve().parents[1]
-BUILD_INPUTS = ("swerl", "configs", "envs", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
+BUILD_INPUTS = ("swerl", "configs", "envs", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md",
+                "_swerl_gymnasium.py", "swerl-gymnasium.pth")  # fmt: skip
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +53,7 @@ def installed(tmp_path_factory) -> dict[str, Path]:
           "--disable-pip-version-check", str(wheel)], cwd=tmp)  # fmt: skip
     outside = tmp / "elsewhere"
     outside.mkdir()
-    return {"wheel": wheel, "venv": venv, "cwd": outside}
+    return {"wheel": wheel, "venv": venv, "cwd": outside, "src": src}
 
 
 def test_wheel_carries_the_configs_and_the_bundled_suite(installed):
@@ -77,6 +78,27 @@ def test_installed_swerl_is_the_wheel_and_finds_its_data(installed):
     assert Path(where).is_relative_to(site) and root == "None"
     assert Path(configs).is_relative_to(site) and Path(default) == Path(configs) / "default.yaml"
     assert Path(suites).is_relative_to(site)
+
+
+def test_an_install_registers_with_gymnasium_alone_and_uninstall_removes_the_hook(installed):
+    """``gymnasium.make("swerl/SWE-v0")`` in a fresh interpreter that never imports swerl itself: the
+    wheel's ``.pth`` (in site-packages) puts the hook in place; pip's RECORD lists it for uninstall.
+    An editable wheel (the quick start installs editable) carries it too."""
+    py, cwd = str(installed["venv"] / "bin" / "python"), installed["cwd"]
+    code = ("import sys, gymnasium, _swerl_gymnasium as h; assert 'swerl' not in sys.modules;"
+            "env = gymnasium.make('swerl/SWE-v0', tasks='swerl-mini');"
+            "print(h.__file__, type(env.unwrapped).__name__)")  # fmt: skip
+    hook, cls = _run([py, "-c", code], cwd=cwd).stdout.split()
+    assert Path(hook).is_relative_to(installed["venv"] / "lib") and cls == "SWEEnv"
+    (record,) = (installed["venv"] / "lib").glob("python3*/site-packages/swerl-*.dist-info/RECORD")
+    listed = {line.split(",")[0] for line in record.read_text().splitlines()}
+    assert {"swerl-gymnasium.pth", "_swerl_gymnasium.py"} <= listed
+    code = (
+        f"from setuptools.build_meta import build_editable as b; print(b({str(installed['src'] / 'ed')!r}))"
+    )
+    name = _run([sys.executable, "-c", code], cwd=installed["src"]).stdout.split()[-1]
+    names = zipfile.ZipFile(installed["src"] / "ed" / name).namelist()
+    assert "swerl-gymnasium.pth" in names and any(n.startswith("__editable__") for n in names)
 
 
 def test_installed_swerl_command_lists_the_bundled_suite(installed):

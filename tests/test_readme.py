@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -94,7 +95,13 @@ def test_python_block_runs(block, task_images, tmp_path):
         pytest.skip(f"README line {block.line}: {block.skip}")
     script = tmp_path / "block.py"
     script.write_text(block.code)
-    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(), capture_output=True,
+    # as installed: `site` processes the hook's .pth, as from site-packages at interpreter start
+    # (test_packaging checks that a wheel and an editable install put it there)
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    shutil.copy2(ROOT / "swerl-gymnasium.pth", site_dir)
+    run = f"import runpy, site; site.addsitedir({str(site_dir)!r}); runpy.run_path({str(script)!r}, run_name='__main__')"
+    r = subprocess.run([sys.executable, "-c", run], cwd=tmp_path, env=_env(), capture_output=True,
                        text=True, timeout=600)  # fmt: skip
     assert r.returncode == 0, f"README line {block.line} failed:\n{r.stdout[-3000:]}\n{r.stderr[-4000:]}"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 
@@ -79,6 +80,27 @@ def test_a_command_holds_no_descriptor_of_the_server(sandbox):
     """Only stdin, stdout and stderr: a command (or what it leaves running) cannot write
     into the server's control pipes or keep the channel's own stderr open."""
     assert sandbox.execute("ls /proc/$$/fd; :").output.split() == ["0", "1", "2"]
+
+
+def test_interrupt_kills_the_running_command_and_keeps_the_sandbox(sandbox):
+    """``interrupt()`` (the shell's Ctrl-C) from another thread: the command's whole group is
+    killed, the sandbox stays. Before the command starts or after it ends it does nothing, so
+    it is sent until the command is gone."""
+    result = []
+    cmd = "sleep 300 & echo started; sleep 200"
+    worker = threading.Thread(target=lambda: result.append(sandbox.execute(cmd, timeout=120)))
+    t0 = time.monotonic()
+    worker.start()
+    while worker.is_alive() and time.monotonic() - t0 < 90:
+        sandbox.interrupt()
+        worker.join(0.5)
+    (r,) = result
+    assert (r.returncode, r.interrupted, r.timed_out, r.output) == (137, True, False, "started\n")
+    assert time.monotonic() - t0 < 90
+    left = sandbox.execute("for p in /proc/[0-9]*; do tr '\\0' ' ' <$p/cmdline; echo; done 2>/dev/null")
+    assert "sleep 300" not in left.output and "sleep 200" not in left.output
+    sandbox.interrupt()  # nothing running: nothing happens to the next command
+    assert sandbox.execute("sleep 0.3; echo next").output == "next\n"
 
 
 def test_commands_are_stateless(sandbox):

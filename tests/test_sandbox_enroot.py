@@ -28,7 +28,7 @@ from swerl.policies.scripted import GoldPolicy
 from swerl.sandbox.base import DEFAULT_CAPS
 from swerl.sandbox.docker import DockerSandbox
 from swerl.sandbox.enroot import EnrootSandbox, pyxis_limit_args, reap, slurm_enforcement
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="swerl's isolation around enroot needs root")
 
@@ -293,7 +293,7 @@ def test_environment_is_exactly_dockers(env_image, sandbox_config, enroot_double
 # ------------------------------------------------------------------ a container that dies
 @pytest.fixture
 def task(task_images):
-    return load_instances("swerl-mini")[0]
+    return load_tasks("swerl-mini")[0]
 
 
 def _jail_init(proc) -> int:

@@ -281,7 +281,7 @@ def test_generator_runs_batches_through_the_runner(ray_session, tasks, tiny_mode
 
 
 def test_generator_stops_at_max_input_length_and_filters_as_skyrl(
-    ray_session, tasks, tiny_model_dir, tok, docker_client
+    ray_session, tasks, tiny_model_dir, tok, docker_client, caplog
 ):
     """A turn whose prompt would reach ``max_input_length`` is not sampled: the episode ends
     there (stop reason ``length``); SkyRL's overlong filtering and zero-reward options apply."""
@@ -308,6 +308,9 @@ def test_generator_stops_at_max_input_length_and_filters_as_skyrl(
     assert [len(e.steps) for e in gen.last_episodes] == [1, 1]  # the observation did not fit
     assert all(len(p) < first + 8 for p in engine.prompts)
     assert out["loss_masks"] == [[0] * len(r) for r in out["response_ids"]]  # overlong filtering
+    # the tiny model's own text is never an action: the batch says so, in a metric and a warning
+    assert out["rollout_metrics"]["swerl/no_valid_action"] == 1.0
+    assert "none of the 2 episode(s) of this batch had a valid action" in caplog.text
     assert swerl_containers_with_prefix(docker_client, "t-skyrl-len") == []
 
 
@@ -361,9 +364,9 @@ def test_infra_errors_are_marked_per_trajectory_never_a_batch_abort(
     good = next(t for t in tasks if t.instance_id != task_id)
     runner_kwargs = {"num_actors": 1, "envs_per_actor": 2, "max_retries": 1, "retry_delay": 0.1,
                      "run_id": "t-skyrl-bad"}  # fmt: skip
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
 
-    gen = SwerlGenerator(TinyEngine(tiny_model_dir, tok), tok, [*load_instances(path), good],
+    gen = SwerlGenerator(TinyEngine(tiny_model_dir, tok), tok, [*load_tasks(path), good],
                          action_format="menu", runner_kwargs=runner_kwargs)  # fmt: skip
     try:
         extras = [{"instance_id": task_id}, {"instance_id": good.instance_id}]

@@ -20,7 +20,8 @@ from swerl.config import load_config
 from swerl.env.swe_env import SWEEnv
 from swerl.policies.scripted import GoldPolicy
 from swerl.sandbox.base import OWNER_LABEL, RUN_LABEL
-from swerl.tasks.instance import load_instances, select
+from swerl.tasks.instance import select
+from swerl.tasks.sources import load_tasks
 
 TASK_IDS = ["swerl__textkit-1", "swerl__intervals-1", "swerl__tinyconf-1"]
 
@@ -85,7 +86,7 @@ def local_docker_rewards(task_images, run_id):
     """The same tasks with the gold policy on local Docker, without Slurm or Ray."""
     from swerl.sandbox.base import SandboxConfig
 
-    tasks = select(load_instances("swerl-mini"), TASK_IDS)
+    tasks = select(load_tasks("swerl-mini"), TASK_IDS)
     env = SWEEnv(tasks, sandbox_config=SandboxConfig(run_id=run_id))
     rewards = {}
     try:

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from swerl import GYMNASIUM_IDS
 from swerl.sandbox.base import RUN_LABEL
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITE = {i.instance_id: i for i in load_instances("swerl-mini")}
+SUITE = {i.instance_id: i for i in load_tasks("swerl-mini")}
 FOUR = ["swerl__textkit-1", "swerl__intervals-2", "swerl__textkit-2", "swerl__tinyconf-1"]
 
 
@@ -331,15 +333,30 @@ def test_kuberay_submit_without_the_kubernetes_extra_is_exit_3(tmp_path):
 
 
 def test_gymnasium_make_works_in_a_fresh_interpreter(tmp_path):
-    """Gymnasium >= 1.0 has no plugin entry points; its ``module:id`` form imports the registering module."""
+    """Gymnasium >= 1.0 has no plugin entry points: the ``.pth`` hook an install puts in site-packages
+    registers swerl's ids when Gymnasium is imported, without importing swerl. Here ``site`` itself
+    processes the checkout's ``.pth`` from a site directory, as it does at interpreter start."""
+    import _swerl_gymnasium
+
+    assert _swerl_gymnasium.SPECS == GYMNASIUM_IDS
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    shutil.copy2(ROOT / "swerl-gymnasium.pth", site_dir)
     code = (
-        "import sys, gymnasium; assert 'swerl' not in sys.modules; "
-        "env = gymnasium.make('swerl:swerl/SWE-v0', tasks='swerl-mini'); "
+        f"import site; site.addsitedir({str(site_dir)!r}); import sys, gymnasium; "
+        "assert 'swerl' not in sys.modules, 'the hook imported swerl'; "
+        "env = gymnasium.make(sys.argv[1], tasks='swerl-mini'); "
         "print(type(env.unwrapped).__name__, len(env.unwrapped.tasks))"
     )
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env(),
-                       timeout=120)  # fmt: skip
-    assert r.returncode == 0 and r.stdout.split() == ["SWEEnv", str(len(SUITE))], r.stderr
+
+    def make(env_id: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code, env_id], cwd=tmp_path, capture_output=True, text=True,
+                              env=env(**extra), timeout=120)  # fmt: skip
+
+    for r in (make("swerl/SWE-v0"), make("swerl:swerl/SWE-v0", SWERL_GYMNASIUM_HOOK="0")):
+        assert r.returncode == 0 and r.stdout.split() == ["SWEEnv", str(len(SUITE))], r.stderr
+    r = make("swerl/SWE-v0", SWERL_GYMNASIUM_HOOK="0")  # the opt-out: nothing registered
+    assert r.returncode == 1 and "NamespaceNotFound" in r.stderr, r.stderr
 
 
 def test_a_finished_run_is_not_resumed_on_another_kind_of_place(task_images, tmp_path):
@@ -462,7 +479,7 @@ def test_a_keyless_server_needs_no_key_and_one_with_a_key_says_so(monkeypatch):
 
 def test_a_batch_with_no_valid_action_is_said_out_loud():
     from swerl.episode import Episode, Step
-    from swerl.rollout.checks import no_valid_action_warning, tail
+    from swerl.rollout.checks import NoActionStreak, no_valid_action_warning, tail
 
     def ep(task: str, *observations: str) -> Episode:
         steps = [Step(i, "I think the bug is in", o) for i, o in enumerate(observations, 1)]
@@ -476,26 +493,60 @@ def test_a_batch_with_no_valid_action_is_said_out_loud():
         no_valid_action_warning([*bad, ep("t-3", "Invalid action: x", "<returncode>0</returncode>")]) is None
     )
     assert no_valid_action_warning([]) is None
+    # verl's loops see one episode each: a streak of `after` in a row stands for the batch
+    streak, good = NoActionStreak(after=2), ep("t-3", "<returncode>0</returncode>")
+    said = [streak.add(e) for e in (bad[0], good, bad[0], bad[1], bad[0], bad[1])]
+    assert [bool(s) for s in said] == [False, False, False, True, False, True]
+    assert "2 episodes in a row had no valid action" in said[3] and "4 episodes in a row" in said[5]
     # An infra error's tail starts at a word, not mid-word ("kendUnavailable").
     error = "Traceback ...\n" + "x" * 400 + " swerl.errors.BackendUnavailable: cannot reach the Docker daemon"
     assert tail(error, 80) == "...swerl.errors.BackendUnavailable: cannot reach the Docker daemon"
     assert tail("short", 80) == "short"
 
 
-def test_ctrl_c_in_the_sandbox_shell_stops_the_command_not_the_session(task_images):
+def test_ray_s_raylet_state_dump_is_left_out_of_the_cli_output():
+    """What Ray's driver printed when a node's raylet was killed mid-run (tests/test_multinode.py
+    kills one for real and checks the command's output)."""
+    import io
+
+    from swerl.rayoutput import RayDumpFilter
+
+    out = io.StringIO()
+    f = RayDumpFilter(out)
+    dump = "".join(
+        f"    [state-dump] \tNodeManager.Op{i} - 1 total (0 active), Execution time: mean = 1ms\n"
+        for i in range(20)
+    )
+    f.write(
+        "(raylet) Raylet is terminated. Termination is unexpected. Last 20 lines of the Raylet logs:\n" + dump
+    )
+    f.write("\n")
+    f.write("[2/8] swerl__textkit-1 #0: resolved reward=1.0 (97.2 s)\n")
+    assert out.getvalue() == (
+        "(raylet) Raylet is terminated. Termination is unexpected. Last 20 lines of the Raylet logs:\n"
+        "    [swerl: 20 line(s) of the raylet's state dump left out; Ray's logs keep them]\n"
+        "\n[2/8] swerl__textkit-1 #0: resolved reward=1.0 (97.2 s)\n"
+    )
+    assert f.isatty() is False and f.getvalue() == out.getvalue()  # the rest is the stream's
+
+
+def test_ctrl_c_in_the_sandbox_shell_kills_the_command_not_the_session(task_images):
     p = subprocess.Popen([sys.executable, "-m", "swerl", "sandbox", "shell", "swerl__textkit-1"], env=env(),
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        p.stdin.write("echo ready\nsleep 6\n")
+        p.stdin.write("echo ready\nsleep 100 & sleep 90; echo never\n")
         p.stdin.flush()
         assert p.stdout.readline() == "ready\n"
-        time.sleep(1.0)  # `sleep 6` is running
+        time.sleep(1.0)  # the sleeps are running
+        t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
-        p.stdin.write("echo after\nexit\n")
+        p.stdin.write("ps -eo args 2>/dev/null | grep -c '^sleep [19]0' || true\necho after\nexit\n")
         p.stdin.flush()
         out, err = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, err
-    assert "^C: not waiting for it" in err and "after\n" in out and "Traceback" not in err
+    assert "^C: killed" in err and "Traceback" not in err, err
+    assert out.splitlines()[-2:] == ["0", "after"] and "never" not in out, out  # both sleeps are gone
+    assert time.monotonic() - t0 < 60

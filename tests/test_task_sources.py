@@ -152,6 +152,11 @@ def test_swebench_image_names_per_arch(arch):
     record = {k: v for k, v in VERIFIED_5.items() if k != "image"}
     inst = from_record(record, "r", arch=arch)
     assert inst.image == f"sweb.eval.{arch}.astropy__astropy-12907:latest"
+    other = "arm64" if arch == "x86_64" else "x86_64"
+    with pytest.raises(
+        ConfigError, match=rf"r: field 'image' 'sweb\.eval\.{other}\..*' is built for {other}"
+    ):
+        from_record({**record, "image": f"sweb.eval.{other}.astropy__astropy-12907:latest"}, "r", arch=arch)
 
 
 def test_swebench_pro_fields_and_image(tmp_path):
@@ -160,7 +165,17 @@ def test_swebench_pro_fields_and_image(tmp_path):
         ConfigError, match=r"pro\.jsonl:1: missing field 'eval_script'.*swebench-pro.*run_scripts"
     ):
         load_tasks(p)
-    (inst,) = load_tasks(_jsonl(tmp_path, "pro2.jsonl", {**PRO, **SWEB_EVAL, "fail_to_pass": '["a::b"]'}))
+    given = {**PRO, **SWEB_EVAL, "fail_to_pass": '["a::b"]'}
+    with pytest.raises(ConfigError, match=r"pro2\.jsonl:1: field 'before_repo_set_cmd' is not honoured"):
+        load_tasks(_jsonl(tmp_path, "pro2.jsonl", given))  # the eval script does not run it
+    given["eval_script"] = f"{PRO['before_repo_set_cmd']}\n{SWEB_EVAL['eval_script']}"
+    with pytest.raises(ConfigError, match=r"field 'selected_test_files_to_run' is not honoured"):
+        load_tasks(_jsonl(tmp_path, "pro2.jsonl", given))  # nor the selected test file
+    (dev,) = load_tasks(_jsonl(tmp_path, "pro2.jsonl", given), accept=["selected_test_files_to_run"])
+    assert dev.extra["deviations"][0].startswith("selected_test_files_to_run: SWE-bench Pro runs")
+    given["eval_script"] += "pytest -rA test/units/modules/network/eric_eccli/test_eccli_command.py\n"
+    (inst,) = load_tasks(_jsonl(tmp_path, "pro2.jsonl", given))
+    assert "deviations" not in inst.extra
     assert inst.image == f"jefzda/sweap-images:{PRO['dockerhub_tag']}"
     assert inst.workdir == "/app"
     assert inst.FAIL_TO_PASS == ["a::b"] and inst.PASS_TO_PASS == []
@@ -194,11 +209,21 @@ def test_swe_smith_bug_patch_is_not_a_gold_patch(tmp_path):
 def test_r2e_gym_base_commit_id_and_image(tmp_path):
     with pytest.raises(ConfigError, match=r"r2e\.jsonl:1: missing field 'eval_script'.*r2e-gym"):
         load_tasks(_jsonl(tmp_path, "r2e.jsonl", R2E))
-    (inst,) = load_tasks(_jsonl(tmp_path, "r2e2.jsonl", {**R2E, **SWEB_EVAL}))
+    with pytest.raises(ConfigError, match=r"r2e2\.jsonl:1: field 'expected_output_json' is not honoured"):
+        load_tasks(_jsonl(tmp_path, "r2e2.jsonl", {**R2E, **SWEB_EVAL}))
+    (inst,) = load_tasks(
+        _jsonl(tmp_path, "r2e2.jsonl", {**R2E, **SWEB_EVAL}), accept=["expected_output_json"]
+    )
+    assert inst.extra["deviations"][0].startswith("expected_output_json: R2E-Gym grades")
     assert inst.instance_id == "aiohttp__d6a5f8b6a0dc"
     assert inst.base_commit == "9b2f1e4c3d7a6b5e8f0a1c2d3e4f5a6b7c8d9e0f"
     assert inst.image == R2E["docker_image"] and inst.repo == "aiohttp"
-    broken = {**R2E, **SWEB_EVAL, "parsed_commit_content": json.dumps({"new_commit_hash": "x"})}
+    broken = {
+        **R2E,
+        **SWEB_EVAL,
+        "parsed_commit_content": json.dumps({"new_commit_hash": "x"}),
+        "expected_output_json": "",
+    }
     with pytest.raises(
         ConfigError, match=r"r2e3\.jsonl:1: missing field 'parsed_commit_content\.old_commit_hash'"
     ):
@@ -213,6 +238,13 @@ def test_swe_rebench_image_from_record_or_convention(tmp_path):
     assert inst.extra["install_config"]["test_cmd"] == "pytest -rA"
     named = {**REBENCH, **SWEB_EVAL, "docker_image": "swerebench/sweb.eval.x86_64.oemof_1776_tespy-653:v2"}
     assert load_tasks(_jsonl(tmp_path, "rb3.jsonl", named))[0].image.endswith(":v2")
+    other = {
+        **REBENCH,
+        **SWEB_EVAL,
+        "install_config": {**REBENCH["install_config"], "test_cmd": "tox -e py311"},
+    }
+    with pytest.raises(ConfigError, match=r"rb4\.jsonl:1: field 'install_config' is not honoured.*test_cmd"):
+        load_tasks(_jsonl(tmp_path, "rb4.jsonl", other))
 
 
 def test_bad_input_names_file_record_and_field(tmp_path):

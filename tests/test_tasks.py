@@ -15,7 +15,8 @@ from swebench.harness.utils import make_test_spec
 
 from swerl.errors import ConfigError, ImageMissing
 from swerl.tasks.images import build_task_images, hub_image_name, require_task_image, task_image_name
-from swerl.tasks.instance import Instance, load_instances, select
+from swerl.tasks.instance import Instance, select
+from swerl.tasks.sources import load_tasks
 
 SUITE = Path(__file__).resolve().parents[1] / "envs" / "swerl-mini"
 GRADABLE = {"eval_script": "#!/bin/bash\npytest -rA\n", "log_parser": "parse_log_pytest"}
@@ -125,14 +126,14 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 def test_load_json_list_single_and_jsonl(tmp_path):
     rec = {"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc", "FAIL_TO_PASS": '["t1"]', **GRADABLE}
     rec2 = {**rec, "instance_id": "o__r-2"}
-    assert [i.instance_id for i in load_instances(_write(tmp_path, "a.json", json.dumps([rec, rec2])))] == [
+    assert [i.instance_id for i in load_tasks(_write(tmp_path, "a.json", json.dumps([rec, rec2])))] == [
         "o__r-1",
         "o__r-2",
     ]
-    single = load_instances(_write(tmp_path, "b.json", json.dumps(rec)))
+    single = load_tasks(_write(tmp_path, "b.json", json.dumps(rec)))
     assert single[0].FAIL_TO_PASS == ["t1"]
     lines = json.dumps(rec) + "\n\n" + json.dumps(rec2) + "\n"
-    assert len(load_instances(_write(tmp_path, "c.jsonl", lines))) == 2
+    assert len(load_tasks(_write(tmp_path, "c.jsonl", lines))) == 2
 
 
 def test_load_errors_name_file_line_and_field(tmp_path):
@@ -140,26 +141,26 @@ def test_load_errors_name_file_line_and_field(tmp_path):
     missing = json.dumps({"instance_id": "o__r-2", "repo": "o/r"})
     p = _write(tmp_path, "t.jsonl", f"{good}\n{missing}\n")
     with pytest.raises(ConfigError, match=r"t\.jsonl:2: missing field 'base_commit'"):
-        load_instances(p)
+        load_tasks(p)
     p = _write(tmp_path, "u.jsonl", f"{good}\n{{not json\n")
     with pytest.raises(ConfigError, match=r"u\.jsonl:2: bad JSON"):
-        load_instances(p)
+        load_tasks(p)
     p = _write(tmp_path, "v.json", '[\n  {"instance_id": "a",\n  oops}\n]')
     with pytest.raises(ConfigError, match=r"v\.json:3: bad JSON"):
-        load_instances(p)
+        load_tasks(p)
     bad_list = json.dumps(
         {"instance_id": "o__r-3", "repo": "o/r", "base_commit": "abc", "PASS_TO_PASS": "[1", **GRADABLE}
     )
     p = _write(tmp_path, "w.jsonl", f"{good}\n{bad_list}\n")
     with pytest.raises(ConfigError, match=r"w\.jsonl:2: field 'PASS_TO_PASS' is not a JSON list"):
-        load_instances(p)
+        load_tasks(p)
     p = _write(tmp_path, "x.jsonl", f"{good}\n{good}\n")
     with pytest.raises(ConfigError, match="duplicate instance_id 'o__r-1'"):
-        load_instances(p)
+        load_tasks(p)
     with pytest.raises(ConfigError, match="no such file"):
-        load_instances(tmp_path / "nope.jsonl")
+        load_tasks(tmp_path / "nope.jsonl")
     with pytest.raises(ConfigError, match=r"bundled suite.*swerl-mini"):
-        load_instances("no-such-suite")
+        load_tasks("no-such-suite")
 
 
 def test_select(suite):
@@ -180,7 +181,7 @@ def test_load_local_dataset_dir(tmp_path, suite):
         for i in suite[:3]
     ]
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "ds"))
-    loaded = load_instances(str(tmp_path / "ds"))
+    loaded = load_tasks(str(tmp_path / "ds"))
     assert loaded == suite[:3]
 
 

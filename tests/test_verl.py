@@ -146,7 +146,7 @@ def test_yaml_options_reach_every_episode_of_verls_worker(
 
 
 def test_episode_stops_at_verls_response_budget_on_its_own_threads(
-    ray_session, tasks, tiny_model_dir, tmp_path, docker_client
+    ray_session, tasks, tiny_model_dir, tmp_path, docker_client, caplog
 ):
     """A 4-token response budget: the first completion is capped to it, the next turn is not
     sampled, and the episode is truncated there and graded as it stands. The loop's default
@@ -155,7 +155,8 @@ def test_episode_stops_at_verls_response_budget_on_its_own_threads(
     from transformers import AutoTokenizer
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
-    path = loops_yaml(tmp_path, run_id="t-verl-budget")  # text format: the tiny model never submits
+    # text format: the tiny model never submits, nor gives a valid action
+    path = loops_yaml(tmp_path, run_id="t-verl-budget", warn_after_no_action=2)
     server = ray.remote(TinyServer).remote(str(tiny_model_dir))
     client = TinyServerClient(server, executor=True)
     worker = AgentLoopWorker(verl_config(tiny_model_dir, path, response_length=4), client)
@@ -171,6 +172,8 @@ def test_episode_stops_at_verls_response_budget_on_its_own_threads(
     assert list(out.non_tensor_batch["swerl_reason"]) == ["response_budget"] * 2
     assert list(out.non_tensor_batch["swerl_steps"]) == [1, 1]
     assert list(out.non_tensor_batch["swerl_status"]) == ["empty_patch"] * 2  # graded, nothing changed
+    assert list(out.non_tensor_batch["swerl_valid_action"]) == [False, False]
+    assert "episodes in a row had no valid action" in caplog.text  # verl's batch is never seen whole
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     check_rows(out, rows, tasks, tok, [p for ps in seen["prompts"].values() for p in ps], 2048)
     for i in range(2):
@@ -217,7 +220,7 @@ def test_a_prompt_longer_than_verls_prompt_length_is_an_error(
 
 def test_dataset_rows():
     from swerl.integrations.verl import AGENT_LOOP_CONFIG, dataset_rows
-    from swerl.tasks.instance import load_instances
+    from swerl.tasks.sources import load_tasks
 
-    assert dataset_rows("swerl-mini") == rows_of(load_instances("swerl-mini"))
+    assert dataset_rows("swerl-mini") == rows_of(load_tasks("swerl-mini"))
     assert AGENT_LOOP_CONFIG.is_file()

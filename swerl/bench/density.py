@@ -45,7 +45,7 @@ from swerl.rollout.runner import ensure_ray
 from swerl.sandbox.base import SandboxConfig
 from swerl.sandbox.docker import connect, reap
 from swerl.tasks.images import build_task_images
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
 MB = 1 << 20
 
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sorted(set(args.sandboxes))
 
     client = connect()
-    task = load_instances("swerl-mini")[0]
+    task = load_tasks("swerl-mini")[0]
     build_task_images([task], client=client)
     ensure_ray()
     run_id = f"bench-density-{os.getpid()}"

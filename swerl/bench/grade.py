@@ -28,7 +28,8 @@ from swerl.bench._stats import LoadWatch, table
 from swerl.grading import docker_factory, grade
 from swerl.sandbox.docker import connect, reap
 from swerl.tasks.images import build_task_images
-from swerl.tasks.instance import SUITES_DIR, Instance, load_instances, select
+from swerl.tasks.instance import SUITES_DIR, Instance, select
+from swerl.tasks.sources import load_tasks
 
 PYTEST_SUMMARY = re.compile(r"^=+ .*\bin ([0-9]+(?:\.[0-9]+)?)s\b.*=+$", re.M)
 """pytest's last line ("=== 480 passed in 3.91s ==="): the tests' own time, taken inside the sandbox."""
@@ -99,11 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     if Path(args.suite).is_file():  # a task file: its bundles beside it, then the suites'
         bundles = [Path(args.suite).resolve().parent / "repos", *sorted(SUITES_DIR.glob("*/repos"))]
     watch = LoadWatch()
-    instances = load_instances(args.suite)
+    instances = load_tasks(args.suite)
     instances = select(instances, args.ids) if args.ids else instances[: args.n or None]
     pairs = [(inst, inst.patch, "gold") for inst in instances]
     if args.wrong:
-        by_id = {i.instance_id: i for i in load_instances(args.suite)}
+        by_id = {i.instance_id: i for i in load_tasks(args.suite)}
         pairs += [(by_id[w["instance_id"]], w["patch"], "wrong") for w in wrong_patches(args.suite)]
         instances = list({p[0].instance_id: p[0] for p in pairs}.values())
     client = connect(timeout=1800)

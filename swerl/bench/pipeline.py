@@ -31,7 +31,8 @@ from swerl.rollout.runner import RolloutRunner, ensure_ray
 from swerl.sandbox.base import OWNER_LABEL, RUN_LABEL, SandboxConfig
 from swerl.sandbox.docker import connect, reap
 from swerl.tasks.images import build_task_images, task_image_name
-from swerl.tasks.instance import Instance, load_instances
+from swerl.tasks.instance import Instance
+from swerl.tasks.sources import load_tasks
 
 REPO = "/testbed"
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached"
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=4, help="tasks to cycle through (0: all)")
     parser.add_argument("--grading", default="official", choices=("official", "strict"), help="swerl's mode")
     args = parser.parse_args(argv)
-    tasks = load_instances(args.tasks)[: args.n or None]
+    tasks = load_tasks(args.tasks)[: args.n or None]
     watch = LoadWatch()
     print(f"{len(tasks)} tasks; {args.steps} bash steps + gold patch + submit; {watch.report()}", flush=True)
     rows = compare(tasks, args.levels, args.waves, args.steps, args.grading)

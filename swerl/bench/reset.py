@@ -23,7 +23,8 @@ from swerl.policies.scripted import GoldPolicy
 from swerl.sandbox.base import SandboxConfig
 from swerl.sandbox.docker import connect
 from swerl.tasks.images import build_history_image, build_task_images
-from swerl.tasks.instance import Instance, load_instances
+from swerl.tasks.instance import Instance
+from swerl.tasks.sources import load_tasks
 
 
 def _resets(env: SWEEnv, task_id: str, n: int, wait_for_pool: bool) -> list[float]:
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     client = connect()
-    task = load_instances("swerl-mini")[0]
+    task = load_tasks("swerl-mini")[0]
     build_task_images([task], client=client)
     history = Instance.from_dict({**task.to_dict(), "image": build_history_image(task, client=client)[0]})
     cfg = SandboxConfig(run_id=f"bench-reset-{os.getpid()}")

@@ -30,7 +30,7 @@ from swerl.sandbox.docker import connect
 from swerl.sandbox.enroot import safe_run_id
 from swerl.sandbox.enroot_jail import own_cgroups
 from swerl.tasks.images import build_task_images
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
 
 class EchoPolicy(ScriptedPolicy):
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     client = connect()
-    task = load_instances("swerl-mini")[0]
+    task = load_tasks("swerl-mini")[0]
     build_task_images([task], client=client)
     ensure_ray()
     prefix = f"bench-rollout-{os.getpid()}"

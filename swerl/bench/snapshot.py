@@ -26,7 +26,7 @@ from swerl.env import SWEEnv, actions
 from swerl.sandbox.base import SandboxConfig
 from swerl.sandbox.docker import DockerSandbox, connect, reap
 from swerl.tasks.images import build_task_images
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
 CHANGES = {
     "small": "sed -i '1s/^/# edited\\n/' $(git ls-files '*.py' | head -n 1)",
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     client = connect()
-    task = load_instances("swerl-mini")[0]
+    task = load_tasks("swerl-mini")[0]
     build_task_images([task], client=client)
     cfg = SandboxConfig(run_id=f"bench-snapshot-{os.getpid()}")
     rows, ratios = [], {}

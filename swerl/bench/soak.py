@@ -25,7 +25,7 @@ from swerl.rollout.runner import RolloutRunner, ensure_ray
 from swerl.sandbox.base import SandboxConfig
 from swerl.sandbox.docker import connect, reap
 from swerl.tasks.images import build_task_images
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
 
 def _host_used_mb() -> float:
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     duration = args.seconds if args.seconds is not None else args.minutes * 60
 
     client = connect()
-    tasks = load_instances("swerl-mini")
+    tasks = load_tasks("swerl-mini")
     build_task_images(tasks, client=client)
     ensure_ray()
     actors = max(1, args.envs // 8)

@@ -31,13 +31,15 @@ from swerl.env.snapshot import EnvSnapshot, SnapshotError, Workspace, apply_work
 from swerl.env.spaces import AnyText
 from swerl.errors import ConfigError, InfraError
 from swerl.grading import GradeResult, GradeStatus, GradingMode, grade
-from swerl.grading.harbor import grade_harbor
+from swerl.grading.harbor import grade_harbor, official_user_deviation
 from swerl.sandbox import SandboxConfig, make_sandbox
 from swerl.sandbox.base import Sandbox
 from swerl.sandbox.interpreter import LOGIN_SHELL, check_interpreter, under_interpreter
 from swerl.sandbox.pool import SandboxPool
+from swerl.tasks.harbor_settings import sandbox_config as harbor_sandbox_config
 from swerl.tasks.history import SCRUB_SCRIPT, scrub_history
-from swerl.tasks.instance import Instance, load_instances
+from swerl.tasks.instance import Instance
+from swerl.tasks.sources import load_tasks
 from swerl.tasks.sources.harbor import BASE_AT_RESET
 
 REPO_ROOT = "/testbed"
@@ -131,6 +133,8 @@ class SWEEnv(gym.Env[str, str]):
         self.action_space = AnyText(max_length=self.limits.action_chars)
         prepare = self._prepare if scrub_history else None
         self.pool = SandboxPool(self._new_sandbox, size=pool_size, prepare=prepare) if pool_size else None
+        self._deviations: dict[str, list[str]] = {}
+        """Per Harbor task: the accepted deviations of its agent sandbox (recorded in the grade)."""
         self.task: Instance | None = None
         self.sandbox: Sandbox | None = None
         self.state = EpisodeState()
@@ -143,12 +147,18 @@ class SWEEnv(gym.Env[str, str]):
                 self.pool.prewarm(t.image)
 
     # ---------------------------------------------------------------- sandboxes
-    def _new_sandbox(self, image: str) -> Sandbox:
+    def _new_sandbox(self, image: str, role: str = "agent") -> Sandbox:
+        """A sandbox of ``image``; a Harbor task's settings for ``role`` applied ('' for none:
+        grading applies the verifier's itself)."""
         task = self.task if self.task is not None and self.task.image == image else self._by_image.get(image)
         config = self.sandbox_config.replace(workdir=task.workdir if task else REPO_ROOT)
-        if task is not None and task.graded_by_harbor:
-            config = _harbor_resources(config, task.harbor)
+        if task is not None and task.graded_by_harbor and role:
+            config, deviations = harbor_sandbox_config(task, config, self.backend, role)
+            self._deviations[task.instance_id] = deviations
         return make_sandbox(self.backend, image, config, **self.backend_options)
+
+    def _grading_sandbox(self, image: str) -> Sandbox:
+        return self._new_sandbox(image, role="")
 
     def _prepare(self, sandbox: Sandbox) -> None:
         scrub_history(sandbox, sandbox.config.workdir)
@@ -183,6 +193,8 @@ class SWEEnv(gym.Env[str, str]):
             return self.restore(options["snapshot"])
         self._release()
         self.task = self._choose_task(options.get("task"))
+        if self.task.graded_by_harbor and self.grading is GradingMode.OFFICIAL:
+            official_user_deviation(self.task, self.backend)  # refused before the episode, not after it
         self.sandbox = self._acquire(self.task.image)
         if self.task.base_commit == BASE_AT_RESET:
             try:
@@ -421,10 +433,12 @@ class SWEEnv(gym.Env[str, str]):
                 self.task,
                 patch,
                 sandbox=self.sandbox,
-                sandbox_factory=self._new_sandbox,
+                sandbox_factory=self._grading_sandbox,
                 mode=self.grading,
                 retries=self.grade_retries,
             )
+            agent = self._deviations.get(self.task.instance_id, [])
+            result.deviations = sorted({*result.deviations, *agent})
             return patch, result
         result = grade(
             self.task,
@@ -434,6 +448,7 @@ class SWEEnv(gym.Env[str, str]):
             timeout=self.grade_timeout,
             mode=self.grading,
         )
+        result.deviations = sorted({*result.deviations, *self.task.extra.get("deviations", [])})
         return patch, result
 
     def _finish(self, record: dict | None, obs: str, t: float, terminated: bool, reason: str) -> tuple:
@@ -488,18 +503,6 @@ class SWEEnv(gym.Env[str, str]):
         }
 
 
-def _harbor_resources(config: SandboxConfig, spec: dict[str, Any]) -> SandboxConfig:
-    """A Harbor task's [environment] cpus and memory_mb; network only narrows (never opened by a task)."""
-    changes: dict[str, Any] = {}
-    if spec.get("cpus"):
-        changes["cpus"] = float(spec["cpus"])
-    if spec.get("memory_mb"):
-        changes["memory"] = f"{int(spec['memory_mb'])}m"
-    if spec.get("network_mode") == "no-network":
-        changes["network"] = False
-    return config.replace(**changes) if changes else config
-
-
 def _as_snapshot(snapshot: Any) -> EnvSnapshot:
     if isinstance(snapshot, EnvSnapshot):
         return snapshot
@@ -516,7 +519,7 @@ def _as_instances(tasks: Any) -> list[Instance]:
     if isinstance(tasks, dict):
         return [Instance.from_dict(tasks)]
     if isinstance(tasks, str):
-        return load_instances(tasks)
+        return load_tasks(tasks)
     if isinstance(tasks, (list, tuple)):
         return [
             t if isinstance(t, Instance) else Instance.from_dict(t, where=f"tasks[{i}]")

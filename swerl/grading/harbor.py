@@ -19,6 +19,7 @@ import base64
 import json
 import logging
 import math
+import os
 import shlex
 import time
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from swerl.errors import ConfigError, InfraError, SandboxError
 from swerl.grading.integrity import GradingMode
 from swerl.grading.result import GradeResult, GradeStatus
 from swerl.sandbox.base import Sandbox
+from swerl.tasks.harbor_fields import accepted, refuse, resolve_env
+from swerl.tasks.harbor_settings import prepare, role_user, same_user, where
 from swerl.tasks.instance import Instance
 
 log = logging.getLogger(__name__)
@@ -44,7 +47,10 @@ FULL_REWARD = 1.0
 
 def put_tree(sb: Sandbox, target: str, files: dict[str, str]) -> None:
     """Write {relative path: base64} under ``target`` (scripts executable)."""
-    sb.execute(f"rm -rf {shlex.quote(target)} && mkdir -p {shlex.quote(target)}", cwd="/")
+    q = shlex.quote(target)
+    r = sb.execute(f"mkdir -p {q} && find {q} -mindepth 1 -delete", cwd="/")
+    if not r.ok:
+        raise SandboxError(f"cannot empty {target} in the sandbox: {r.output[-300:]}")
     for rel, data in files.items():
         mode = 0o755 if rel.endswith(".sh") else 0o644
         path = f"{target}/{rel}"
@@ -60,13 +66,20 @@ def solution_command(task: Instance) -> str:
         raise ConfigError(
             f"{task.harbor.get('task_dir', task.instance_id)}: missing solution/solve.sh (the oracle)"
         )
-    lines = [f"rm -rf {SOLUTION_DIR} && mkdir -p {SOLUTION_DIR}"]
+    lines = [f"mkdir -p {SOLUTION_DIR} && find {SOLUTION_DIR} -mindepth 1 -delete"]
     for rel, data in files.items():
         path = shlex.quote(f"{SOLUTION_DIR}/{rel}")
         lines.append(f"mkdir -p $(dirname {path}) && echo {data} | base64 -d > {path}")
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in (task.harbor.get("solution_env") or {}).items())
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in solution_env(task).items())
     lines.append(f"chmod +x {SOLUTION_DIR}/solve.sh && {env + ' ' if env else ''}{SOLUTION_DIR}/solve.sh")
     return " && ".join(lines)
+
+
+def solution_env(task: Instance) -> dict[str, str]:
+    """``[solution].env``, templates resolved from this process's environment (as Harbor does)."""
+    return resolve_env(
+        dict(task.harbor.get("solution_env") or {}), where(task), "solution.env", dict(os.environ)
+    )
 
 
 def parse_rewards(name: str, text: str) -> dict[str, float]:
@@ -115,7 +128,7 @@ def run_verifier(sb: Sandbox, task: Instance, timeout: float | None = None) -> t
         f"{TESTS_DIR}/test.sh > {TEST_STDOUT} 2>&1",
         cwd=task.workdir,
         timeout=timeout,
-        env=dict(spec.get("verifier_env") or {}),
+        env=resolve_env(dict(spec.get("verifier_env") or {}), where(task), "verifier.env", dict(os.environ)),
     )
     output = sb.execute(f"cat {TEST_STDOUT} 2>/dev/null | tail -c 200000", cwd="/").output
     if run.timed_out:
@@ -170,16 +183,20 @@ def grade_harbor(
         raise ConfigError(f"{task.instance_id} is not a Harbor task")
     mode = GradingMode.parse(mode)
     t0 = time.monotonic()
+    deviations = list(task.harbor.get("deviations") or [])
     if sandbox is not None and mode is GradingMode.OFFICIAL:
+        deviations += official_user_deviation(task, getattr(sandbox, "backend", "docker"))
         try:
             rewards, output = run_verifier(sandbox, task, timeout)
         except InfraError as e:
-            return _infra(task, mode, [f"attempt 1: {type(e).__name__}: {e}"], t0)
-        return _result(task, mode, rewards, output, 1, t0)
+            return _infra(task, mode, [f"attempt 1: {type(e).__name__}: {e}"], t0, deviations)
+        return _result(task, mode, rewards, output, 1, t0, deviations)
     errors: list[str] = []
     for attempt in range(1, retries + 2):
         sb = sandbox_factory(task.image)
         try:
+            backend_deviations = prepare(sb, task, "verifier")
+            deviations = sorted({*deviations, *backend_deviations})
             sb.start()
             applied, apply_output = apply_change(sb, task, patch or "")
             if not applied:
@@ -187,35 +204,55 @@ def grade_harbor(
                     task.instance_id, GradeStatus.PATCH_FAILED, log=apply_output, attempts=attempt,
                     error="the agent's change does not apply to a fresh sandbox", mode=mode.value,
                     timings={"total": time.monotonic() - t0}, apply_output=apply_output,
+                    deviations=deviations,
                 )  # fmt: skip
             rewards, output = run_verifier(sb, task, timeout)
-            return _result(task, mode, rewards, output, attempt, t0)
+            return _result(task, mode, rewards, output, attempt, t0, deviations)
         except InfraError as e:
             log.warning("grading %s: attempt %d: %s", task.instance_id, attempt, e)
             errors.append(f"attempt {attempt}: {type(e).__name__}: {e}")
         finally:
             sb.close()
-    return _infra(task, mode, errors, t0)
+    return _infra(task, mode, errors, t0, deviations)
+
+
+def official_user_deviation(task: Instance, backend: str) -> list[str]:
+    """Official grading runs the verifier in the agent's sandbox, as the agent's user: refused
+    when the task's verifier runs as another user, unless that deviation was accepted."""
+    agent, verifier = role_user(task, "agent"), role_user(task, "verifier")
+    if same_user(agent, verifier):
+        return []
+    why = (
+        f"is {verifier!r} but official grading runs test.sh in the agent's sandbox, which runs as "
+        f"{agent!r} and does not switch users (strict grading runs it as {verifier!r})"
+    )
+    if not accepted("verifier.user", tuple(task.harbor.get("accept") or ())):
+        raise refuse(where(task), "verifier.user", why, backend)
+    return [f"verifier.user: {why} (accepted)"]
 
 
 def _result(
-    task: Instance, mode: GradingMode, rewards: dict, output: str, attempt: int, t0: float
-) -> GradeResult:
+    task: Instance, mode: GradingMode, rewards: dict, output: str, attempt: int, t0: float,
+    deviations: list[str] | None = None,
+) -> GradeResult:  # fmt: skip
     try:
         reward = scalar_reward(rewards)
     except InfraError as e:
-        return _infra(task, mode, [str(e)], t0)
+        return _infra(task, mode, [str(e)], t0, deviations)
     status = GradeStatus.RESOLVED if reward >= FULL_REWARD else GradeStatus.UNRESOLVED
     return GradeResult(
         task.instance_id, status, log=output, attempts=attempt, mode=mode.value,
         timings={"total": time.monotonic() - t0}, score=reward, rewards=rewards,
+        deviations=list(deviations or []),
     )  # fmt: skip
 
 
-def _infra(task: Instance, mode: GradingMode, errors: list[str], t0: float) -> GradeResult:
+def _infra(
+    task: Instance, mode: GradingMode, errors: list[str], t0: float, deviations: list[str] | None = None
+) -> GradeResult:
     return GradeResult(
         task.instance_id, GradeStatus.INFRA_ERROR, error="\n".join(errors), attempts=len(errors),
-        mode=mode.value, timings={"total": time.monotonic() - t0},
+        mode=mode.value, timings={"total": time.monotonic() - t0}, deviations=list(deviations or []),
     )  # fmt: skip
 
 
@@ -228,7 +265,9 @@ def oracle(
     if not spec.get("solution", {}).get("solve.sh"):
         raise ConfigError(f"{spec.get('task_dir', task.instance_id)}: missing solution/solve.sh (the oracle)")
     sb = sandbox_factory(task.image)
+    in_place = same_user(role_user(task, "agent"), role_user(task, "verifier"))
     try:
+        prepare(sb, task, "agent")  # solve.sh runs as the agent would (Harbor's oracle agent)
         sb.start()
         base = sb.execute("git rev-parse HEAD", cwd=task.workdir)
         if not base.ok:
@@ -240,7 +279,7 @@ def oracle(
             f"{SOLUTION_DIR}/solve.sh",
             cwd=task.workdir,
             timeout=timeout,
-            env=dict(spec.get("solution_env") or {}),
+            env=solution_env(task),
         )
         if r.timed_out:
             raise InfraError(f"solution/solve.sh ran past {timeout:g} s")
@@ -249,9 +288,11 @@ def oracle(
         )
         if not diff.ok:
             raise SandboxError(f"cannot read the solution's change: {diff.output[-300:]}")
-        official = grade_harbor(
-            pinned, diff.output, sandbox=sb, sandbox_factory=sandbox_factory, mode="official"
-        )
+        official = None
+        if in_place:  # else the verifier cannot run in the solution's sandbox: strict only
+            official = grade_harbor(
+                pinned, diff.output, sandbox=sb, sandbox_factory=sandbox_factory, mode="official"
+            )
     except InfraError as e:
         official = _infra(task, GradingMode.OFFICIAL, [f"{type(e).__name__}: {e}"], time.monotonic())
         return official, official, grade_harbor(task, "", sandbox_factory=sandbox_factory, mode="strict")
@@ -259,7 +300,7 @@ def oracle(
         sb.close()
     strict = grade_harbor(pinned, diff.output, sandbox_factory=sandbox_factory, mode="strict")
     empty = grade_harbor(pinned, "", sandbox_factory=sandbox_factory, mode="strict")
-    return official, strict, empty
+    return official or strict, strict, empty
 
 
 def _replace_base(task: Instance, base: str) -> Instance:

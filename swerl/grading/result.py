@@ -62,6 +62,8 @@ class GradeResult:
     None: the status's 1.0 / 0.0."""
     rewards: dict[str, float] = field(default_factory=dict)
     """Every named reward the verifier wrote (Harbor's reward.json)."""
+    deviations: list[str] = field(default_factory=list)
+    """Task settings the run did not honour, accepted by the user (``swerl.tasks.harbor_fields``)."""
 
     @property
     def reward(self) -> float | None:
@@ -93,4 +95,5 @@ class GradeResult:
             "integrity": self.integrity.to_dict() if self.integrity else None,
             "apply_command": self.apply_command,
             "rewards": self.rewards,
+            **({"deviations": self.deviations} if self.deviations else {}),
         }

@@ -44,10 +44,12 @@ from swerl.integrations.common import (
 )
 from swerl.policies.model import Generation, ModelPolicy
 from swerl.rollout.actor import EnvActor
+from swerl.rollout.checks import has_valid_action, warn_if_no_valid_action
 from swerl.rollout.runner import RolloutRunner, ensure_ray
 from swerl.sandbox import reap
 from swerl.sandbox.base import default_run_id
-from swerl.tasks.instance import Instance, load_instances
+from swerl.tasks.instance import Instance
+from swerl.tasks.sources import load_tasks
 
 # SkyRL's trainer package, where it imports: skyrl 0.3.0 does not on Python < 3.12 (pydantic
 # rejects a typing.TypedDict in skyrl.tinker.types), and then the generator is a plain class
@@ -64,7 +66,7 @@ ENV_ID = "swerl_swe"
 def dataset_rows(tasks: str | list[Instance] = "swerl-mini") -> list[dict[str, Any]]:
     """Rows of a SkyRL prompt dataset, one per task. The prompt is swerl's, so a row only names its
     task (and, given a suite name or task file, where ``SwerlTextEnv`` finds it)."""
-    insts = load_instances(tasks) if isinstance(tasks, str) else tasks
+    insts = load_tasks(tasks) if isinstance(tasks, str) else tasks
     where = {"tasks": tasks} if isinstance(tasks, str) else {}
     return [
         {
@@ -181,7 +183,7 @@ class SwerlTextEnv(BaseTextEnv):
         super().__init__()
         self.cfg = SwerlEnvConfig.of(env_config)
         extras = plain(extras or {})
-        self.task = _pick(load_instances(extras.get("tasks") or self.cfg.tasks), _task_id(extras))
+        self.task = _pick(load_tasks(extras.get("tasks") or self.cfg.tasks), _task_id(extras))
         self.attempt = int(extras.get("attempt", 0))
         self.env_kwargs = {"backend": self.cfg.backend, **(self.cfg.env_kwargs or {})}
         self.backend = self.env_kwargs["backend"]
@@ -423,7 +425,7 @@ class SwerlGenerator(GeneratorInterface):
     ) -> None:
         self.client = inference_engine_client
         self.tokenizer = tokenizer
-        self.tasks = load_instances(tasks) if isinstance(tasks, str) else list(tasks)
+        self.tasks = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)
         self.by_id = {t.instance_id: t for t in self.tasks}
         self.action_format = make_action_format(action_format)
         self.system_prompt = system_prompt
@@ -485,6 +487,7 @@ class SwerlGenerator(GeneratorInterface):
         by_key = {ep.key: ep for ep in await run_in_thread(self.runner, work)}
         episodes = [by_key[k] for k in work]
         self.last_episodes = episodes
+        warn_if_no_valid_action(episodes)
         rows = [self._row(ep, episodes) for ep in episodes]
         rewards = [r["reward"] for r in rows]
         stops = [r["stop"] for r in rows]
@@ -507,6 +510,7 @@ class SwerlGenerator(GeneratorInterface):
                 "swerl/retried": self.runner.stats.get("retried", 0) - retried,
                 "swerl/infra_errors": sum(ep.reward is None for ep in episodes),
                 "swerl/inexact": sum(not r["exact"] for r in rows),
+                "swerl/no_valid_action": sum(not has_valid_action(ep) for ep in episodes) / n,
             },
             "rollout_logprobs": logprobs if all(lp is not None for lp in logprobs) else None,
             "trajectory_ids": input_batch.get("trajectory_ids"),

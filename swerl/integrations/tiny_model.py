@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from swerl.env.actions import FORMAT_HELP
-from swerl.tasks.instance import load_instances
+from swerl.tasks.sources import load_tasks
 
 CHAT_TEMPLATE = (
     "{% if tools %}<|im_start|>system\n# Tools\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
@@ -35,7 +35,7 @@ def default_dir() -> Path:
 
 def _corpus() -> list[str]:
     texts = [FORMAT_HELP]
-    for t in load_instances("swerl-mini"):
+    for t in load_tasks("swerl-mini"):
         texts += [t.problem_statement, t.patch, t.test_patch]
     return texts
 

@@ -31,7 +31,8 @@ from swerl.integrations.hf import HFGenerator
 from swerl.policies.model import ModelPolicy
 from swerl.rollout.checks import tail, warn_if_no_valid_action
 from swerl.rollout.runner import RolloutRunner
-from swerl.tasks.instance import Instance, load_instances
+from swerl.tasks.instance import Instance
+from swerl.tasks.sources import load_tasks
 
 
 def swerl_reward(completions: list[Any], swerl_reward: list[float], **kwargs: Any) -> list[float]:
@@ -53,7 +54,7 @@ class SwerlRollout:
         env_kwargs: dict[str, Any] | None = None,
         **runner_kwargs: Any,
     ) -> None:
-        self.tasks = load_instances(tasks) if isinstance(tasks, str) else list(tasks)
+        self.tasks = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)
         self.by_id = {t.instance_id: t for t in self.tasks}
         self.max_new_tokens = max_new_tokens
         self.system_prompt = system_prompt

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import (
@@ -41,8 +41,10 @@ from swerl.integrations.common import (
     trainer_tokens,
 )
 from swerl.policies.model import Generation, ModelPolicy
+from swerl.rollout.checks import NoActionStreak, has_valid_action
 from swerl.rollout.runner import RolloutRunner
-from swerl.tasks.instance import Instance, load_instances
+from swerl.tasks.instance import Instance
+from swerl.tasks.sources import load_tasks
 
 AGENT_NAME = "swerl_swe"
 AGENT_LOOP_CONFIG = Path(__file__).with_name("verl_agent_loop.yaml")
@@ -53,7 +55,7 @@ def dataset_rows(
     tasks: str | list[Instance] = "swerl-mini", data_source: str = "swerl"
 ) -> list[dict[str, Any]]:
     """Rows of a verl RL dataset (write them to parquet), one per task; the prompt is swerl's own."""
-    insts = load_instances(tasks) if isinstance(tasks, str) else tasks
+    insts = load_tasks(tasks) if isinstance(tasks, str) else tasks
     return [
         {
             "data_source": data_source,
@@ -140,7 +142,14 @@ class SwerlAgentLoop(AgentLoopBase):
     the diff so far graded (``env_kwargs.grade_on_truncate``, default true; false scores 0).
     So every token verl trains on is one the episode really had, and the reward is that of
     what those tokens did: nothing is cut after the fact.
+
+    verl never shows a loop its batch (it builds one loop per sample), so the warning that
+    a batch had no valid action is given per worker process after ``warn_after_no_action``
+    episodes in a row without one (0: never); each episode's ``swerl_valid_action`` says it too.
     """
+
+    streak: ClassVar[NoActionStreak] = NoActionStreak()
+    """Per worker process: the loops of one worker share it (one loop object per sample)."""
 
     def __init__(
         self,
@@ -153,11 +162,12 @@ class SwerlAgentLoop(AgentLoopBase):
         max_retries: int = 2,
         actor_cpus: float = 0.25,
         run_id: str | None = None,
+        warn_after_no_action: int = 8,
         **kwargs: Any,
     ) -> None:
         kwargs.pop("name", None)  # the YAML entry's own name, passed along by hydra
         super().__init__(*args, **kwargs)
-        self.tasks = {t.instance_id: t for t in load_instances(tasks)}
+        self.tasks = {t.instance_id: t for t in load_tasks(tasks)}
         self.action_format = make_action_format(action_format)
         self.system_prompt = system_prompt
         self.runner_kwargs = {
@@ -168,6 +178,7 @@ class SwerlAgentLoop(AgentLoopBase):
             "num_actors": 1,
         }
         self.run_id = run_id
+        self.streak.after = warn_after_no_action
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         task_id = (kwargs.get("extra_info") or {}).get("instance_id")
@@ -183,6 +194,7 @@ class SwerlAgentLoop(AgentLoopBase):
         runner = RolloutRunner([self.tasks[task_id]], policy, run_id=run_id, **self.runner_kwargs)
         (ep,) = await run_in_thread(runner, close=True)
         reward = require_reward(ep)
+        self.streak.add(ep)
         t = trainer_tokens(ep)  # sampled through verl's own server: exact, else refused
         if len(t.response_ids) > n:  # the policy stops at the budget; anything else is a bug
             raise PolicyError(f"episode response of {len(t.response_ids)} tokens over response_length={n}")
@@ -204,6 +216,7 @@ class SwerlAgentLoop(AgentLoopBase):
                 "swerl_reason": ep.reason,
                 "swerl_steps": len(ep.steps),
                 "swerl_exact": t.exact,
+                "swerl_valid_action": has_valid_action(ep),
                 "swerl_actor": ep.where.get("actor", ""),
             },
         )

@@ -29,7 +29,8 @@ from swerl.progress import RunProgress
 from swerl.rollout.checks import no_valid_action_warning
 from swerl.rollout.runner import RolloutRunner
 from swerl.sandbox.base import SandboxConfig
-from swerl.tasks.instance import load_instances, select
+from swerl.tasks.instance import select
+from swerl.tasks.sources import load_tasks
 
 RESUMABLE_KEYS = (
     "name", "output_dir", "task_ids", "ray", "slurm", "rollout.attempts", "rollout.num_actors",
@@ -50,7 +51,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 def build_runner(cfg: RolloutConfig) -> RolloutRunner:
-    tasks = load_instances(cfg.tasks, kind=cfg.tasks_source)
+    tasks = load_tasks(cfg.tasks, kind=cfg.tasks_source, accept=cfg.tasks_accept)
     tasks = select(tasks, cfg.task_ids) if cfg.task_ids else tasks
     policy = make_policy(cfg.policy.name, tasks, cfg.policy.placement, **cfg.policy.options)
     env_kwargs: dict[str, Any] = {

@@ -38,7 +38,8 @@ from swerl.rollout.actor import EnvActor
 from swerl.rollout.nodes import NodeFailure, avoiding, raylet_dead
 from swerl.sandbox import reap
 from swerl.sandbox.base import default_run_id
-from swerl.tasks.instance import Instance, load_instances
+from swerl.tasks.instance import Instance
+from swerl.tasks.sources import load_tasks
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class RolloutRunner:
             raise ConfigError(f"max_staleness must be at least 0, got {max_staleness}")
         if max_staleness is not None and stale == "drop" and group:
             raise ConfigError("stale='drop' would leave groups incomplete; use stale='rerun' with group=True")
-        self.tasks = load_instances(tasks) if isinstance(tasks, (str, Path)) else list(tasks)
+        self.tasks = load_tasks(tasks) if isinstance(tasks, (str, Path)) else list(tasks)
         if not self.tasks:
             raise ConfigError("RolloutRunner needs at least one task")
         if policy.placement not in ("actor", "driver"):

@@ -1,6 +1,6 @@
 """A trainer that learns from streamed rewards: the toy policy, GRPO over groups.
 
-curve = train_toy(load_instances("swerl-mini"), iterations=4)
+curve = train_toy(load_tasks("swerl-mini"), iterations=4)
 # mean reward per iteration rises as the policy learns to pick the gold patch
 """
 

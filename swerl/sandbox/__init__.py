@@ -32,6 +32,8 @@ def _backend_module(backend: str) -> tuple[Any, str]:
 def make_sandbox(backend: str, image: str, config: SandboxConfig | None = None, **kwargs: Any) -> Sandbox:
     """A sandbox of the named backend (not started). Backends are imported lazily."""
     module, cls = _backend_module(backend)
+    if config is not None and config.storage_mb and backend != "docker":
+        raise ConfigError(f"storage_mb: the {backend} backend cannot limit a sandbox's disk; only docker can")
     return getattr(module, cls)(image, config, **kwargs)
 
 

@@ -81,6 +81,8 @@ class ExecResult:
     """The command wrote more than ``SandboxConfig.max_output`` bytes and was killed."""
     killed_by_restart: bool = False
     """The command took the command server down with it; the sandbox was restarted."""
+    interrupted: bool = False
+    """The command's process group was killed by ``Sandbox.interrupt()`` (returncode 137)."""
 
     @property
     def output(self) -> str:
@@ -88,7 +90,9 @@ class ExecResult:
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not (self.timed_out or self.output_limit or self.killed_by_restart)
+        return self.returncode == 0 and not (
+            self.timed_out or self.output_limit or self.killed_by_restart or self.interrupted
+        )
 
     def check(self, command: str = "") -> ExecResult:
         """Raise CommandFailed unless the command succeeded; return self otherwise."""
@@ -119,6 +123,10 @@ class SandboxConfig:
     """A command that writes more output than this is killed (an output flood)."""
     max_file_size: int = 1 << 30
     """Largest file a command may write (``ulimit -f``); 0 for no limit."""
+    storage_mb: int = 0
+    """Size limit of the sandbox's writable layer in MB (0: none). Docker only, on a storage driver
+    that supports ``--storage-opt size`` (``swerl.sandbox.docker.storage_limit_refusal``); the
+    other backends refuse it in ``make_sandbox``."""
     start_timeout: float = 60.0
     lifetime: float = 6 * 3600.0
     """Seconds the sandbox may live at most: it must outlive any episode."""
@@ -261,6 +269,24 @@ class ChannelSandbox:
             if recovered is not None:
                 return recovered
             raise SandboxError(f"{e}{self._state_hint()}") from e
+
+    def interrupt(self) -> None:
+        """Kill the command running now (its whole process group, SIGKILL), from another thread.
+
+        Its ``execute`` returns 137 with ``interrupted=True``; the sandbox and its files stay.
+        The channel has no cancel (the server does not read it while a command runs), so the
+        backend writes ``K`` into the server's control fifo from beside it (``_interrupt``: a
+        second exec, or the host's view of the sandbox). With no command running, nothing
+        happens. Raises ``SandboxError`` when the backend cannot reach the sandbox that way."""
+        channel = self._channel
+        if channel is None or channel.broken or not channel.server_dir or not channel.server_pid:
+            return
+        self._interrupt(channel.server_pid, channel.server_dir + "/ctl")
+
+    def _interrupt(self, server_pid: int, ctl: str) -> None:
+        """Write the line ``K`` into the fifo ``ctl`` (a path in the sandbox) of the server
+        ``server_pid`` (its pid in the sandbox), without the channel."""
+        raise SandboxError(f"{self.describe}: this backend cannot interrupt a running command")
 
     def _recover(self, started: float) -> ExecResult | None:
         """The channel broke during a command begun at ``started`` (monotonic): a result

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import logging
 import os
+import shlex
 import socket as pysocket
 import struct
 import time
@@ -103,6 +104,37 @@ def require_image(client: docker.DockerClient, image: str) -> None:
         ) from e
     except docker.errors.APIError as e:
         raise SandboxError(f"cannot inspect image {image!r}: {e}") from e
+
+
+_STORAGE_PROBES: dict[str, str] = {}
+
+
+def storage_limit_refusal(image: str, client: docker.DockerClient | None = None) -> str:
+    """'' when this daemon can limit a container's writable layer (``--storage-opt size``), else why not.
+
+    Only some storage drivers can (overlay2 on xfs mounted with pquota, btrfs, zfs, devicemapper),
+    and ``docker info`` does not say whether the quota is on: create (never start) a container of
+    ``image`` with a limit and read the daemon's answer. Once per daemon and process."""
+    where = _where()
+    if where not in _STORAGE_PROBES:
+        client = client or shared_client()
+        try:
+            with daemon_call("probe --storage-opt"):
+                c = client.api.create_container(
+                    image, command=["true"], entrypoint=[], labels={OWNER_LABEL: "swerl", "swerl.probe": "storage"},
+                    host_config=client.api.create_host_config(storage_opt={"size": "64M"}, network_mode="none"),
+                )  # fmt: skip
+            _remove_container(client, c["Id"])
+            _STORAGE_PROBES[where] = ""
+        except docker.errors.ImageNotFound:
+            require_image(client, image)
+            raise
+        except docker.errors.APIError as e:
+            driver = client.info().get("Driver", "?")
+            _STORAGE_PROBES[where] = (
+                f"the Docker daemon's storage driver ({driver}) cannot limit it: {e.explanation or e}"
+            )
+    return _STORAGE_PROBES[where]
 
 
 class _FrameReader:
@@ -209,6 +241,7 @@ class DockerSandbox(ChannelSandbox):
             privileged=False,
             # The channel is the container's stdout: a log driver would write every reply to disk.
             log_config=docker.types.LogConfig(type="none"),
+            storage_opt={"size": f"{cfg.storage_mb}M"} if cfg.storage_mb else None,
         )
         lifetime = str(int(cfg.lifetime))
         try:
@@ -257,6 +290,22 @@ class DockerSandbox(ChannelSandbox):
             send=raw.sendall, recv=reader.recv, set_timeout=raw.settimeout, describe=self.describe
         )
         self._channel.handshake(self.config.start_timeout)
+
+    def _interrupt(self, server_pid: int, ctl: str) -> None:
+        """A ``docker exec`` beside the attached channel, as the sandbox's user."""
+        script = f"printf 'K\\n' >{shlex.quote(ctl)}"
+        api = self._client.api
+        try:
+            with daemon_call(f"exec in container {self.short_id}"):
+                exe = api.exec_create(self.container_id, ["sh", "-c", script], user=self.config.user or "")
+                out = api.exec_start(exe["Id"])
+                rc = api.exec_inspect(exe["Id"]).get("ExitCode")
+        except docker.errors.APIError as e:
+            raise SandboxError(f"{self.describe}: cannot exec beside the channel: {e}") from e
+        if rc:
+            raise SandboxError(
+                f"{self.describe}: {script!r} exited {rc}: {out.decode(errors='replace')[-300:]}"
+            )
 
     def _close_transport(self) -> None:
         if self._sock is not None:

@@ -703,12 +703,43 @@ class EnrootSandbox(ChannelSandbox):
         c = self._c
         return super().alive and bool(c and c.proc and c.proc.poll() is None)
 
+    def _interrupt(self, server_pid: int, ctl: str) -> None:
+        """Through the host's view of the sandbox: Enroot has no exec into a running container,
+        but its processes are this host's (unless Pyxis ran it on another node)."""
+        if not write_beside(server_pid, ctl, b"K\n"):
+            raise SandboxError(f"{self.describe}: its command server is not a process of this host")
+
     def _state_hint(self) -> str:
         c = self._c
         if not c or not c.proc:
             return ""
         rc = c.proc.poll()
         return f" ({c.what} exited {rc}: {c.stderr_tail()})" if rc is not None else ""
+
+
+def write_beside(inner_pid: int, path: str, data: bytes) -> bool:
+    """Write ``data`` into ``path`` as the process whose pid in its own pid namespace is
+    ``inner_pid`` sees it (``/proc/PID/root``), for the one such process of this host that
+    has ``path`` (a server's mktemp directory tells sandboxes apart). False if none has."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            nspid = next(ln for ln in (entry / "status").read_text().splitlines() if ln.startswith("NSpid:"))
+            if int(nspid.split()[-1]) != inner_pid:
+                continue
+            target = entry / "root" / path.lstrip("/")
+            if not target.exists():
+                continue
+            fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)  # a fifo with its reader: never blocks
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            return True
+        except (OSError, StopIteration, ValueError):
+            continue
+    return False
 
 
 def passwd_hooks(binary: str, env: dict[str, str]) -> list[str]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 import uuid
 from dataclasses import dataclass, field, fields
@@ -527,6 +528,35 @@ class KubernetesSandbox(ChannelSandbox):
             describe=self.describe,
         )
         self._channel.handshake(self.config.start_timeout)
+
+    def _interrupt(self, server_pid: int, ctl: str) -> None:
+        """A second exec into the pod, beside the channel's."""
+        from kubernetes.client import CoreV1Api
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.stream import stream
+
+        exec_api = CoreV1Api(type(self._api.api_client)(self._api.api_client.configuration))
+        script = f"printf 'K\\n' >{shlex.quote(ctl)}"
+        try:
+            ws = stream(
+                exec_api.connect_get_namespaced_pod_exec,
+                self.name,
+                self.namespace,
+                command=["sh", "-c", script],
+                container=CONTAINER,
+                stdin=False,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+            )
+            ws.run_forever(timeout=30)
+            rc, err = ws.returncode, ws.read_all()
+            ws.close()
+        except (ApiException, OSError) as e:
+            raise SandboxError(f"{self.describe}: cannot exec beside the channel: {e}") from e
+        if rc:
+            raise SandboxError(f"{self.describe}: {script!r} exited {rc}: {err[-300:]}")
 
     def _close_transport(self) -> None:
         if self._stream is not None:

@@ -13,6 +13,12 @@ Wire protocol (all lengths in bytes, fields separated by one space)::
              W id path_len data_len mode\\n path data        (write a file)
              F id path_len 0 0\\n path                         (read a file)
     reply    R id returncode timed_out total head tail\\n head-bytes tail-bytes
+    ready    SWERL-READY server-pid server-dir\\n   (once, when the script is loaded)
+
+``timed_out`` is 0, or why the command's process group was killed: 1 its timeout, 2 its
+output, 3 an interrupt. An interrupt is the line ``K`` written into ``server-dir/ctl``
+from beside the channel (a second exec, see ``ChannelSandbox.interrupt``): the channel
+itself carries no cancel, since the server does not read it while a command runs.
 
 The server needs only bash and coreutils. Each command runs as a fresh
 ``bash -c`` in its own process group (``set -m``), with stdout and stderr
@@ -85,6 +91,13 @@ err="$d/err"
                 break
             fi
         done
+        # K: an interrupt, written into ctl from beside the channel (ChannelSandbox.interrupt)
+        # while this command runs; one that comes after the command's D is read above and ignored.
+        if [ "$msg" = K ]; then
+            printf '%s 3\n' "$cid" >&3
+            kill -KILL -- "-$cpid" 2>/dev/null
+            IFS= read -r msg
+        fi
     done
 ) <"$d/ctl" >/dev/null 4>&- 5>&- &  # read-only: end of file once the server is gone
 reply() {  # rc timed_out file
@@ -128,7 +141,7 @@ reply() {  # rc timed_out file
         tail -c "$t" -- "$3"
     fi
 }
-printf 'SWERL-READY %s\n' "$$"
+printf 'SWERL-READY %s %s\n' "$$" "$d"
 while IFS=' ' read -r op id a b c e; do
     case $op in
     X)
@@ -252,7 +265,8 @@ def encode_env(env: dict[str, str]) -> bytes:
 class Reply:
     returncode: int
     killed: int
-    """0: ran to the end; 1: killed at the timeout; 2: killed for writing too much output."""
+    """0: ran to the end; 1: killed at the timeout; 2: killed for writing too much output;
+    3: killed by an interrupt."""
     total: int
     head: bytes
     tail: bytes
@@ -318,6 +332,8 @@ class ShellChannel:
         self._broken: str | None = None
         self.describe = describe
         self.server_pid: int | None = None
+        self.server_dir: str | None = None
+        """The server's directory in the sandbox; ``K`` written into its ``ctl`` interrupts a command."""
 
     # ----------------------------------------------------------------- framing
     def _next_chunk(self) -> bytes:
@@ -350,7 +366,9 @@ class ShellChannel:
         while True:
             line = self._in.line()
             if line.startswith(b"SWERL-READY"):
-                self.server_pid = int(line.split()[1])
+                fields = line.split()
+                self.server_pid = int(fields[1])
+                self.server_dir = fields[2].decode() if len(fields) > 2 else None
                 return
 
     def _request(self, header: str, payload: bytes, wait: float | None) -> Reply:
@@ -395,6 +413,7 @@ class ShellChannel:
             timed_out=reply.killed == 1,
             truncated=reply.truncated,
             output_limit=reply.killed == 2,
+            interrupted=reply.killed == 3,
         )
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:

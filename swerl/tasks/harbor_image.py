@@ -16,10 +16,12 @@ have it; for another base, install git in the Dockerfile.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
 import re
+import shlex
 import tarfile
 from pathlib import Path
 
@@ -47,11 +49,17 @@ export GIT_AUTHOR_NAME=swerl GIT_AUTHOR_EMAIL=swerl@localhost GIT_COMMITTER_NAME
 if [ "$(git rev-parse --show-toplevel 2>/dev/null)" != "$(pwd -P)" ]; then git init -q; fi
 git -c safe.directory='*' add -A -f .
 git -c safe.directory='*' -c commit.gpgsign=false commit -q --allow-empty --no-verify -m "swerl: the task's starting state"
+# The agent may run as another user than the verifier: both use git here, and either may be
+# the one whose sandbox writes the verifier's and the solution's files.
+git config --system --add safe.directory '*'
+mkdir -p /tests /solution
+chmod 1777 /tests /solution /logs/verifier /logs/agent
+if [ -n "${2:-}" ]; then chown -R "$2" .git; fi
 """
 LAYER = """FROM {env_image}
 USER root
 COPY swerl-baseline.sh /tmp/swerl-baseline.sh
-RUN bash /tmp/swerl-baseline.sh {workdir} && rm /tmp/swerl-baseline.sh
+RUN bash /tmp/swerl-baseline.sh {workdir} {agent_user} && rm /tmp/swerl-baseline.sh
 WORKDIR {workdir}
 """
 
@@ -121,6 +129,21 @@ def _build(
         ) from e
 
 
+def check_image_user(task: Instance, built: str) -> None:
+    """Harbor runs the agent and the verifier as the image's USER unless task.toml names them:
+    refuse an image whose USER comes from a FROM image swerl did not read (it read the Dockerfile)."""
+    spec = task.harbor
+    if spec.get("image_user") or built in ("", "root", "0", "0:0"):
+        return
+    if spec.get("agent_user") and spec.get("verifier_user"):
+        return
+    raise ConfigError(
+        f"{spec['task_dir']}/task.toml: the image runs as {built!r} (a USER of its FROM image), which "
+        "swerl reads only from environment/Dockerfile: add `USER` there, or set [agent].user and "
+        "[verifier].user (field 'agent.user')"
+    )
+
+
 def build_harbor_image(
     task: Instance, client: object | None = None, force: bool = False, bases: dict[str, str] | None = None
 ) -> str:
@@ -134,7 +157,9 @@ def build_harbor_image(
     spec = task.harbor
     name = task.image
     mapping = base_map(bases)
-    digest = name.rsplit(":", 1)[-1] + "|" + repr(sorted(mapping.items()))
+    layer_hash = hashlib.sha256((LAYER + BASELINE).encode()).hexdigest()[:12]
+    agent_user = spec.get("agent_user") or spec.get("image_user") or ""
+    digest = f"{name.rsplit(':', 1)[-1]}|{layer_hash}|{agent_user}|{sorted(mapping.items())!r}"
     if not force:
         try:
             if (client.images.get(name).labels or {}).get(RECIPE_LABEL) == digest:  # type: ignore[attr-defined]
@@ -164,7 +189,8 @@ def build_harbor_image(
     context = _tar({"Dockerfile": text.encode()}, env_dir if env_dir.is_dir() else None)
     log.info("building %s from %s", env_tag, env_dir)
     _build(client, context, env_tag, {"swerl.instance": task.instance_id}, timeout, f"{task_dir}/environment")
-    layer = LAYER.format(env_image=env_tag, workdir=task.workdir)
+    check_image_user(task, client.images.get(env_tag).attrs["Config"].get("User") or "")  # type: ignore[attr-defined]
+    layer = LAYER.format(env_image=env_tag, workdir=task.workdir, agent_user=shlex.quote(agent_user))
     files = {"Dockerfile": layer.encode(), "swerl-baseline.sh": BASELINE.encode()}
     labels = {RECIPE_LABEL: digest, "swerl.instance": task.instance_id}
     _build(client, _tar(files), name, labels, timeout, f"swerl's layer on {env_tag}")

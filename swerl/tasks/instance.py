@@ -12,7 +12,6 @@ import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from swerl.errors import ConfigError
@@ -134,11 +133,12 @@ def _test_list(value: Any, name: str) -> list[str]:
     return list(value)
 
 
-def load_instances(source: str | Path, split: str = "test", kind: str | None = None) -> list[Instance]:
-    """Load tasks from any source (see :func:`swerl.tasks.sources.load_tasks`); kept for callers."""
-    from swerl.tasks.sources import load_tasks
-
-    return load_tasks(source, kind=kind, split=split)
+def __getattr__(name: str) -> Any:
+    if name == "load_instances":  # its old home: loading belongs to swerl.tasks.sources, above this module
+        raise AttributeError(
+            "swerl.tasks.instance.load_instances is now swerl.tasks.sources.load_tasks (same first argument)"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def unique(instances: list[Instance], where: str) -> list[Instance]:

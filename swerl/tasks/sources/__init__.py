@@ -38,8 +38,11 @@ class TaskSource(Protocol):
         """True when ``spec`` has this source's shape (cheap: no parsing of records)."""
         ...
 
-    def load(self, spec: str, split: str = "test", family: str | None = None) -> list[Instance]:
-        """Every task of ``spec``; ConfigError naming the file and field on bad input."""
+    def load(
+        self, spec: str, split: str = "test", family: str | None = None, accept: tuple[str, ...] = ()
+    ) -> list[Instance]:
+        """Every task of ``spec``; ConfigError naming the file and field on bad input. ``accept``:
+        fields to run although swerl cannot honour them, each recorded (refused when empty)."""
         ...
 
 
@@ -71,8 +74,14 @@ def detect(spec: str | Path) -> str:
     )
 
 
-def load_tasks(spec: str | Path, kind: str | None = None, split: str = "test") -> list[Instance]:
-    """Load the tasks of ``spec``; ``kind`` (a source or a SWE-bench family) forces how."""
+def load_tasks(
+    spec: str | Path, kind: str | None = None, split: str = "test", accept: tuple[str, ...] | list[str] = ()
+) -> list[Instance]:
+    """Load the tasks of ``spec``; ``kind`` (a source or a SWE-bench family) forces how.
+
+    ``accept``: fields to run although swerl cannot honour them, each deviation recorded in the
+    task and its grades (``"*"``: all): Harbor task.toml fields (``swerl.tasks.harbor_fields``)
+    or a SWE-bench family's grading fields (``swebench.GRADING_EXTRAS``)."""
     text = str(spec)
     family = None
     if kind and kind not in MODULES:
@@ -82,6 +91,12 @@ def load_tasks(spec: str | Path, kind: str | None = None, split: str = "test") -
             raise ConfigError(f"unknown task source {kind!r}; one of {', '.join(kinds())}")
         kind, family = "swebench", kind
     name = kind or detect(text)
+    if accept:
+        if name == "synth":
+            raise ConfigError(
+                f"{text}: accept= names Harbor or SWE-bench-family fields; a synth suite has none"
+            )
+        return source(name).load(text, split=split, family=family, accept=tuple(accept))  # type: ignore[call-arg]
     return source(name).load(text, split=split, family=family)
 
 

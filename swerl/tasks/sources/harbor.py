@@ -7,8 +7,9 @@ dropped, as Harbor's ``strip_canary`` does), ``environment/Dockerfile`` (or
 ``/logs/verifier/reward.txt`` or ``reward.json``) and ``solution/solve.sh`` (the oracle). Harbor
 copies ``tests/`` to ``/tests`` after the agent ran and ``solution/`` to ``/solution``.
 
-What swerl does not run is refused, named: multi-step tasks (``[[steps]]``), Windows tasks, a
-separate verifier environment, compose environments. swerl does not need the ``harbor`` package.
+Every task.toml field is honoured or refused, named (``swerl.tasks.harbor_fields.FIELDS``);
+``accept`` runs a refusable one anyway and records the deviation. Compose environments are
+refused too. swerl does not need the ``harbor`` package.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import tomllib
 
 from swerl.errors import ConfigError
+from swerl.tasks.harbor_fields import check
 from swerl.tasks.instance import SUITES_DIR, Instance, unique
 
 CONFIG = "task.toml"
@@ -105,42 +106,30 @@ def tree_digest(*roots: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _table(config: dict[str, Any], key: str, where: str) -> dict[str, Any]:
-    value = config.get(key) or {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: [{key}] must be a table")
-    return value
+def dockerfile_user(dockerfile: Path) -> str:
+    """The last ``USER`` of a Dockerfile ('' when none): who Harbor runs the agent and verifier as
+    when task.toml names no user."""
+    user = ""
+    for line in dockerfile.read_text(encoding="utf-8").splitlines():
+        parts = line.strip().split(None, 1)
+        if len(parts) == 2 and parts[0].upper() == "USER":
+            user = parts[1].strip().strip('"')
+        elif len(parts) == 2 and parts[0].upper() == "FROM":
+            user = ""  # a new stage starts as its base image's user
+    return user
 
 
-def _number(table: dict[str, Any], key: str, where: str, section: str) -> float | None:
-    value = table.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"{where}: [{section}].{key} must be a positive number, got {value!r}")
-    return float(value)
-
-
-def load_task(task_dir: Path) -> Instance:
-    """One Harbor task folder as an Instance (``harness="harbor"``)."""
+def load_task(task_dir: Path, accept: tuple[str, ...] | list[str] = ()) -> Instance:
+    """One Harbor task folder as an Instance (``harness="harbor"``); every task.toml field is
+    honoured or refused (``swerl.tasks.harbor_fields``), unless ``accept`` names it."""
     where = str(task_dir / CONFIG)
     try:
         config = tomllib.loads((task_dir / CONFIG).read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{where}: bad TOML: {e}") from None
-    if config.get("steps"):
-        raise ConfigError(f"{where}: field 'steps': multi-step Harbor tasks are not supported by swerl")
-    env = _table(config, "environment", where)
-    agent = _table(config, "agent", where)
-    verifier = _table(config, "verifier", where)
-    solution = _table(config, "solution", where)
-    if str(env.get("os", "linux")).lower() != "linux":
-        raise ConfigError(f"{where}: field 'environment.os' is {env['os']!r}; swerl runs Linux tasks only")
-    if verifier.get("environment") or verifier.get("environment_mode") == "separate":
-        raise ConfigError(
-            f"{where}: field 'verifier.environment': a separate verifier environment is not supported"
-        )
-    package = _table(config, "task", where)
+    checked = check(config, where, accept)
+    env = config.get("environment") or {}
+    package = config.get("task") or {}
     name = str(package.get("name") or task_dir.name)
     instruction = task_dir / INSTRUCTION
     if not instruction.is_file():
@@ -161,28 +150,25 @@ def load_task(task_dir: Path) -> Instance:
             f"{where}: field 'environment.workdir': swerl needs the agent's working directory "
             "(an absolute path other than /): set it, or a WORKDIR in environment/Dockerfile"
         )
-    network = env.get("network_mode") or ("no-network" if env.get("allow_internet") is False else "public")
-    memory = _number(env, "memory_mb", where, "environment")
     spec = {
         "task_dir": str(task_dir.resolve()),
         "name": name,
         "docker_image": docker_image,
         "dockerfile": dockerfile.is_file(),
         "workdir": workdir,
-        "cpus": _number(env, "cpus", where, "environment"),
-        "memory_mb": int(memory) if memory else None,
-        "network_mode": network,
-        "build_timeout": _number(env, "build_timeout_sec", where, "environment") or 600.0,
-        "agent_timeout": _number(agent, "timeout_sec", where, "agent"),
-        "verifier_timeout": _number(verifier, "timeout_sec", where, "verifier") or 600.0,
-        "verifier_env": {str(k): str(v) for k, v in (verifier.get("env") or {}).items()},
-        "solution_env": {str(k): str(v) for k, v in (solution.get("env") or {}).items()},
+        "image_user": dockerfile_user(dockerfile) if dockerfile.is_file() else "",
+        **checked.settings,
+        "accept": sorted(accept),
+        "deviations": checked.deviations,
         "tests": read_tree(tests, str(task_dir)),
         "solution": read_tree(task_dir / "solution", str(task_dir))
         if (task_dir / "solution").is_dir()
         else {},
     }
     digest = tree_digest(env_dir, task_dir / CONFIG)
+    extra = {"family": "harbor", "metadata": config.get("metadata") or {}, "task": package}
+    if config.get("source"):
+        extra["source"] = config["source"]
     return Instance(
         instance_id=name,
         repo=name,
@@ -194,7 +180,7 @@ def load_task(task_dir: Path) -> Instance:
         workdir=workdir,
         harness="harbor",
         harbor=spec,
-        extra={"family": "harbor", "metadata": config.get("metadata") or {}},
+        extra=extra,
     )
 
 
@@ -205,11 +191,13 @@ class HarborSource:
     def recognises(self, spec: str) -> bool:
         return bool(task_dirs(spec))
 
-    def load(self, spec: str, split: str = "test", family: str | None = None) -> list[Instance]:
+    def load(
+        self, spec: str, split: str = "test", family: str | None = None, accept: tuple[str, ...] = ()
+    ) -> list[Instance]:
         dirs = task_dirs(spec)
         if not dirs:
             raise ConfigError(f"{spec}: not a Harbor task folder (no {CONFIG}) nor a folder of them")
-        return unique([load_task(d) for d in dirs], spec)
+        return unique([load_task(d, accept) for d in dirs], spec)
 
 
 SOURCE = HarborSource()

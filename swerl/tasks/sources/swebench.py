@@ -214,6 +214,67 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+def _in_script(value: Any, script: str) -> bool:
+    return isinstance(value, str) and value.strip() in script
+
+
+def _test_files(value: Any, where: str) -> list[str]:
+    files = _literal_list(value, "selected_test_files_to_run", where)
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise ConfigError(f"{where}: field 'selected_test_files_to_run' must be a list of paths")
+    return files
+
+
+def _test_cmd(config: Any) -> list[str]:
+    cmd = config.get("test_cmd") if isinstance(config, dict) else None
+    return [cmd] if isinstance(cmd, str) else [c for c in cmd or [] if isinstance(c, str)]
+
+
+GRADING_EXTRAS: dict[str, tuple[tuple[str, str, Callable[[Any, dict[str, Any], str], bool]], ...]] = {
+    "swebench-pro": (
+        ("before_repo_set_cmd", "SWE-bench Pro runs it before the tests; eval_script must contain it",
+         lambda v, r, w: not str(v or "").strip() or _in_script(v, r.get("eval_script", ""))),
+        ("selected_test_files_to_run", "SWE-bench Pro runs these test files; eval_script must name each",
+         lambda v, r, w: all(f in r.get("eval_script", "") for f in _test_files(v, w))),
+    ),
+    "swe-rebench": (
+        ("install_config", "its test_cmd is how SWE-rebench runs the tests; eval_script must contain it",
+         lambda v, r, w: all(c.strip() in r.get("eval_script", "") for c in _test_cmd(v))),
+    ),
+    "r2e-gym": (
+        ("expected_output_json", "R2E-Gym grades by comparing each test's outcome with it, swerl by "
+         "FAIL_TO_PASS/PASS_TO_PASS from eval_script's log", lambda v, r, w: not v),
+    ),
+}  # fmt: skip
+"""Per family: record fields that decide grading, each with why and a check that swerl's record
+uses it; a record failing a check is refused, naming the field, unless the field is accepted."""
+
+
+def check_grading_extras(
+    fam: Family, record: dict[str, Any], where: str, accept: tuple[str, ...] = ()
+) -> list[str]:
+    """The accepted deviations of ``record``; ConfigError naming the first field swerl would not honour."""
+    deviations = []
+    for field, why, honoured in GRADING_EXTRAS.get(fam.name, ()):
+        if field not in record or honoured(record[field], record, where):
+            continue
+        if field not in accept and "*" not in accept:
+            raise ConfigError(
+                f"{where}: field {field!r} is not honoured: {why} ({fam.name} record); fix the record, "
+                f"or accept={[field]!r} (--accept-deviation {field}) to grade without it, recorded"
+            )
+        deviations.append(f"{field}: {why} (accepted)")
+    return deviations
+
+
+def check_arch(image: str, where: str, arch: str) -> None:
+    """A SWE-bench image built for another architecture than this host's is refused (it would run
+    emulated, or not at all, and its tests may behave differently)."""
+    for other in ("x86_64", "arm64"):
+        if other != arch and f"sweb.eval.{other}." in image:
+            raise ConfigError(f"{where}: field 'image' {image!r} is built for {other}; this host is {arch}")
+
+
 def family_of(record: dict[str, Any]) -> Family:
     """The family whose marks the record carries (SWE-bench's own when none)."""
     for fam in FAMILIES.values():
@@ -223,15 +284,22 @@ def family_of(record: dict[str, Any]) -> Family:
 
 
 def from_record(
-    record: Any, where: str, family: str | None = None, arch: str | None = None, gradable: bool = True
+    record: Any,
+    where: str,
+    family: str | None = None,
+    arch: str | None = None,
+    gradable: bool = True,
+    accept: tuple[str, ...] = (),
 ) -> Instance:
-    """One record of any family as an Instance; ``gradable`` refuses one that cannot be graded."""
+    """One record of any family as an Instance; ``gradable`` refuses one that cannot be graded,
+    or whose family's grading fields swerl would not honour (unless ``accept`` names them)."""
     from swerl.tasks.images import host_arch
 
     if not isinstance(record, dict):
         raise ConfigError(f"{where}: expected an object, got {type(record).__name__}")
     fam = FAMILIES[family] if family else family_of(record)
-    out = fam.normalise(record, arch or host_arch(), where)
+    arch = arch or host_arch()
+    out = fam.normalise(record, arch, where)
     inst = Instance.from_dict(out, where)
     if gradable and inst.harness == "swebench":
         for name in GRADING_FIELDS:
@@ -239,10 +307,16 @@ def from_record(
                 raise ConfigError(
                     f"{where}: missing field {name!r}, which grading needs ({fam.name} record; {fam.note})"
                 )
+        check_arch(inst.image, where, arch)
+        deviations = check_grading_extras(fam, out, where, accept)
+        if deviations:
+            inst.extra["deviations"] = deviations
     return inst
 
 
-def load_file(path: Path, family: str | None = None, gradable: bool = True) -> list[Instance]:
+def load_file(
+    path: Path, family: str | None = None, gradable: bool = True, accept: tuple[str, ...] = ()
+) -> list[Instance]:
     """A .json (one record or a list) or .jsonl file; errors name the file, line or index, and field."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -257,7 +331,7 @@ def load_file(path: Path, family: str | None = None, gradable: bool = True) -> l
                 record = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ConfigError(f"{path}:{lineno}: bad JSON: {e.msg} (column {e.colno})") from None
-            out.append(from_record(record, f"{path}:{lineno}", family, gradable=gradable))
+            out.append(from_record(record, f"{path}:{lineno}", family, gradable=gradable, accept=accept))
         return unique(out, str(path))
     try:
         data = json.loads(text)
@@ -265,11 +339,17 @@ def load_file(path: Path, family: str | None = None, gradable: bool = True) -> l
         raise ConfigError(f"{path}:{e.lineno}: bad JSON: {e.msg} (column {e.colno})") from None
     records = data if isinstance(data, list) else [data]
     return unique(
-        [from_record(r, f"{path}[{i}]", family, gradable=gradable) for i, r in enumerate(records)], str(path)
+        [
+            from_record(r, f"{path}[{i}]", family, gradable=gradable, accept=accept)
+            for i, r in enumerate(records)
+        ],
+        str(path),
     )
 
 
-def load_dataset(name: str, split: str, family: str | None = None) -> list[Instance]:
+def load_dataset(
+    name: str, split: str, family: str | None = None, accept: tuple[str, ...] = ()
+) -> list[Instance]:
     """A ``datasets`` dataset: a ``save_to_disk`` directory or a Hub name (owner/name)."""
     try:
         import datasets
@@ -284,7 +364,9 @@ def load_dataset(name: str, split: str, family: str | None = None) -> list[Insta
             ds = datasets.load_dataset(name, split=split)
     except Exception as e:
         raise ConfigError(f"cannot load dataset {name!r} (split {split!r}): {e}") from e
-    return unique([from_record(dict(r), f"{name}[{i}]", family) for i, r in enumerate(ds)], name)
+    return unique(
+        [from_record(dict(r), f"{name}[{i}]", family, accept=accept) for i, r in enumerate(ds)], name
+    )
 
 
 @dataclass(frozen=True)
@@ -297,13 +379,15 @@ class SwebenchSource:
             return True
         return path.is_dir() or (spec.count("/") == 1 and not path.exists())  # a dataset dir or Hub name
 
-    def load(self, spec: str, split: str = "test", family: str | None = None) -> list[Instance]:
+    def load(
+        self, spec: str, split: str = "test", family: str | None = None, accept: tuple[str, ...] = ()
+    ) -> list[Instance]:
         path = Path(spec)
         if path.suffix in (".json", ".jsonl"):
             if not path.is_file():
                 raise ConfigError(f"{path}: no such file")
-            return load_file(path, family)
-        return load_dataset(spec, split, family)
+            return load_file(path, family, accept=accept)
+        return load_dataset(spec, split, family, accept=accept)
 
 
 SOURCE = SwebenchSource()

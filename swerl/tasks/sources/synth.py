@@ -39,9 +39,15 @@ class SynthSource:
     def recognises(self, spec: str) -> bool:
         return suite_dir(spec) is not None
 
-    def load(self, spec: str, split: str = "test", family: str | None = None) -> list[Instance]:
+    def load(
+        self, spec: str, split: str = "test", family: str | None = None, accept: tuple[str, ...] = ()
+    ) -> list[Instance]:
         from swerl.tasks.sources.swebench import load_file
 
+        if accept:
+            raise ConfigError(
+                f"{spec}: accept= names Harbor or SWE-bench-family fields; a synth suite has none"
+            )
         d = suite_dir(spec)
         if d is None:
             raise ConfigError(

@@ -1,0 +1,84 @@
+"""Registers swerl's Gymnasium ids when Gymnasium is imported, so ``gymnasium.make("swerl/SWE-v0")``
+works without ``import swerl`` first.
+
+Gymnasium 1.x dropped plugin entry points, so nothing of swerl's runs when a program imports
+only Gymnasium. The wheel ships ``swerl-gymnasium.pth``, whose one line calls ``install()`` at
+interpreter start. That only puts a finder first in ``sys.meta_path`` (this module imports nothing
+else): when ``gymnasium`` itself is imported, the finder lets the normal import run and then
+registers the ids with entry points given as strings, so swerl is imported by ``make`` and not
+before. The finder removes itself after that one import. Nothing here may break an interpreter:
+every failure is swallowed (the ``swerl:swerl/SWE-v0`` form and ``import swerl`` still work).
+``SWERL_GYMNASIUM_HOOK=0`` turns it off; ``pip uninstall swerl`` removes the ``.pth`` and this file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+SPECS = {"swerl/SWE-v0": "swerl.env.swe_env:SWEEnv"}
+"""Gymnasium id -> entry point: ``swerl.GYMNASIUM_IDS``, repeated so that nothing here imports swerl."""
+
+
+def register(gymnasium: object) -> None:
+    """Register each id Gymnasium does not know yet (``import swerl`` later finds them there)."""
+    registry = gymnasium.envs.registration.registry  # type: ignore[attr-defined]
+    for env_id, entry_point in SPECS.items():
+        if env_id not in registry:
+            gymnasium.register(id=env_id, entry_point=entry_point)  # type: ignore[attr-defined]
+
+
+class _Loader:
+    """Runs Gymnasium's own loader, then registers. The module keeps the real loader."""
+
+    def __init__(self, loader: object) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: object) -> object:
+        return self.loader.create_module(spec)  # type: ignore[attr-defined]
+
+    def exec_module(self, module: object) -> None:
+        module.__spec__.loader = module.__loader__ = self.loader  # type: ignore[attr-defined]
+        self.loader.exec_module(module)  # type: ignore[attr-defined]
+        try:
+            register(module)
+        except Exception:  # never fail Gymnasium's import because of swerl
+            pass
+
+
+class _Finder:
+    """A ``sys.meta_path`` entry that answers only for ``gymnasium``, once."""
+
+    done = False
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+        if name != "gymnasium" or self.done:
+            return None
+        self.done = True
+        try:
+            for finder in list(sys.meta_path):  # whoever would have found it without this finder
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                        spec.loader = _Loader(spec.loader)
+                    sys.meta_path.remove(self)  # safe: a returned spec ends the import's loop
+                    return spec
+        except Exception:
+            pass
+        return None
+
+
+def install() -> None:
+    """Called by ``swerl-gymnasium.pth`` at interpreter start; cheap, and never raises."""
+    try:
+        if os.environ.get("SWERL_GYMNASIUM_HOOK", "1") == "0":
+            return
+        gymnasium = sys.modules.get("gymnasium")
+        if gymnasium is not None:  # already imported (by a sitecustomize): register now
+            register(gymnasium)
+        elif not any(isinstance(f, _Finder) for f in sys.meta_path):
+            sys.meta_path.insert(0, _Finder())  # before the finders that would find Gymnasium
+    except Exception:
+        pass
