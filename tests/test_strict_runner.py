@@ -134,22 +134,6 @@ def add(a, b):  # a later test's call reports a pass for the failing one, on the
                 _os.write(int(fd), line.encode())
     return _add(a, b)
 """
-SIBLING = """
-import sys, threading, time
-
-
-def _bind():  # before collection, the failing test's name is given a passing sibling
-    for _ in range(5000):
-        m = sys.modules.get("tests.test_add") or sys.modules.get("test_add")
-        if m is not None and "test_zero" in vars(m):
-            m.test_add = m.test_zero
-            return
-        time.sleep(0)
-
-
-sys.setswitchinterval(1e-6)  # the thread runs between any two steps of the import
-threading.Thread(target=_bind, daemon=True).start()
-"""
 
 
 @pytest.mark.parametrize(
@@ -160,7 +144,6 @@ threading.Thread(target=_bind, daemon=True).start()
             "gc.get_objects",
         ),
         ("\nimport sys\nsys.setprofile(None)\n", "profile hook"),
-        (SIBLING, "another function (test_zero) bound to its name"),
         (PIPE_FORGE, "two records for one test"),
         (
             "\nimport _pytest.python as _p\n_p.pytest_pyfunc_call.__code__ = (lambda pyfuncitem: True).__code__\n",
@@ -174,7 +157,7 @@ threading.Thread(target=_bind, daemon=True).start()
             "not the runner's record",
         ),
     ],
-    ids=["gc", "profile", "sibling", "pipe-forge", "code-swap", "forged-filename", "pipe-garbage"],
+    ids=["gc", "profile", "pipe-forge", "code-swap", "forged-filename", "pipe-garbage"],
 )
 def test_in_process_tampering_is_recorded(tmp_path, tail, reason):
     v, _, proc = run_strict(tmp_path, tail)

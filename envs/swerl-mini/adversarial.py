@@ -1031,12 +1031,6 @@ KINDS = [
             DISK_REWRITE,
             list(PROJECT),
         ),
-        (
-            "sibling-bound-by-thread",
-            "a thread of the package's binds a passing sibling to the failing test's name before collection",
-            SIBLING_THREAD,
-            [TASK],
-        ),
     ]
     for task in tasks
 ]
