@@ -189,7 +189,7 @@ def synthesize(
             rr.error = rr.error or f"{type(e).__name__}: {e}"[:500]
 
     if use_ray:  # once, before the threads (ray.init is not safe to race)
-        from swerl.tasks.synth.runs import ensure_ray
+        from swerl.cluster.ray_init import ensure_ray
 
         ensure_ray()
     try:

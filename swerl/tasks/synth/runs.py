@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import queue
 import threading
 import time
@@ -19,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from swerl.cluster.ray_init import ensure_ray
 from swerl.errors import InfraError
 from swerl.sandbox.base import SandboxConfig, default_run_id
 
@@ -48,19 +48,6 @@ def run_job(
         return json.loads(sb.read_file("/tmp/swerl_out.json"))
     finally:
         sb.close()
-
-
-def ensure_ray(address: str | None = None) -> None:
-    """Connect to Ray (``address`` or RAY_ADDRESS) or start a local one."""
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or None,
-            ignore_reinit_error=True,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-        )
 
 
 def run_jobs(
