@@ -608,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     logging.getLogger(_RayNotices.LOGGER).addFilter(_RayNotices())
+    from swerl.rayoutput import RayDumpFilter
+
+    stdout, sys.stdout = sys.stdout, RayDumpFilter(sys.stdout)  # type: ignore[assignment]
     try:
         return args.func(args)
     except ConfigError as e:
@@ -623,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

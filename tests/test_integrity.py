@@ -14,7 +14,7 @@ from swerl.errors import ConfigError
 from swerl.grading import GradeStatus, Integrity, docker_factory, grade, judge
 from swerl.grading.allowlist import Change, Entry, classify, infra_reason, parse_listing
 from swerl.grading.channel import read_verdict
-from swerl.grading.integrity import strict_reading
+from swerl.grading.integrity import VERDICT_LOG, VERDICT_RUNNER, strict_reading
 from swerl.tasks.instance import Instance, select
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -456,5 +456,43 @@ def test_the_strict_runner_takes_each_way_an_eval_script_starts_pytest(tk1, fact
         {**tk1.to_dict(), "eval_script": tk1.eval_script.replace("python3 -m pytest", command)}
     )
     res = grade(inst, tk1.patch, sandbox_factory=factory_strict, mode="strict")
-    assert res.resolved and res.integrity.clean and res.integrity.verdict == "strict runner", res.log[-1500:]
+    assert res.resolved and res.integrity.clean and res.integrity.verdict == VERDICT_RUNNER, res.log[-1500:]
+    assert res.integrity.keyed and res.to_dict()["integrity"]["verdict"] == VERDICT_RUNNER
     assert "/run.py" in res.log  # the eval script's own command went through the runner
+
+
+def test_a_test_command_that_is_not_pytest_is_read_from_the_log_and_says_so(tk1, factory_strict):
+    """What a trainer sees: the same clean pass, but ``integrity.verdict`` names the log."""
+    command = "python3 -c 'import sys, pytest; sys.exit(pytest.main(sys.argv[1:]))'"
+    inst = Instance.from_dict(
+        {**tk1.to_dict(), "eval_script": tk1.eval_script.replace("python3 -m pytest", command)}
+    )
+    res = grade(inst, tk1.patch, sandbox_factory=factory_strict, mode="strict")
+    assert res.resolved and res.integrity.clean, res.log[-1500:]
+    assert (res.integrity.verdict, res.integrity.keyed) == (VERDICT_LOG, False)
+    assert res.to_dict()["integrity"]["verdict"] == VERDICT_LOG and "/run.py" not in res.log
+
+
+def test_a_runner_directory_that_cannot_be_set_up_is_an_infra_error(tk1, task_images, run_id, monkeypatch):
+    """The set-up runs in the eval command; when it fails, the script never runs and nothing is scored."""
+    from swerl.grading import channel
+
+    path = f"/tmp/.swerl-strict-test-{run_id}"
+    monkeypatch.setattr(channel.RunDir, "new", classmethod(lambda cls: cls(path)))
+    make = docker_factory(timeout=120, run_id=run_id)
+
+    def factory(image):
+        sb = make(image)
+        start = sb.start
+
+        def blocked():  # a file where the config mirror's directory goes
+            start()
+            assert sb.execute(f"mkdir -p {path} && touch {path}/base", cwd="/").ok
+            return sb
+
+        sb.start = blocked
+        return sb
+
+    res = grade(tk1, tk1.patch, sandbox_factory=factory, mode="strict", retries=0)
+    assert res.status is GradeStatus.INFRA_ERROR and res.reward is None
+    assert "could not be prepared" in res.error and "+ cd /testbed" not in res.error, res.error

@@ -8,6 +8,7 @@ start failures as infra errors, cleanup, reaping, RBAC, grading, exec latency.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import time
 
@@ -16,6 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from k8s_api_double import NAMESPACE, _policy_selects
+from midcommand import fails_within, hold_stream_open
 
 from swerl.cluster import kuberay
 from swerl.errors import BackendUnavailable, ImageMissing, SandboxError
@@ -162,6 +164,19 @@ def test_eviction_breaks_the_channel_as_an_infra_error(k8s, base_image, sandbox_
     assert not k8s.pod_exists(NAMESPACE, sb.name)
 
 
+def test_a_pod_deleted_mid_command_fails_it_in_bounded_time_even_if_the_stream_stays_open(
+    k8s, base_image, sandbox_config
+):
+    sb = make_sandbox("kubernetes", base_image, sandbox_config).start()
+    try:
+        sb._channel.probe_every = 0.5
+        hold_stream_open(sb._channel, lambda: sb._stream.timeout)
+        delete = functools.partial(sb._api.delete_namespaced_pod, sb.name, sb.namespace)
+        fails_within(30, sb, delete, r"no longer exists|is being deleted")
+    finally:
+        sb.close()
+
+
 def test_unreachable_api_is_backend_unavailable(tmp_path, base_image):
     path = tmp_path / "kubeconfig"
     cfg = {
@@ -190,7 +205,8 @@ def test_numeric_users_only():
 def test_reaper_deletes_a_runs_pods_only(k8s, base_image, sandbox_config):
     mine = sandbox_config.replace(run_id=f"{sandbox_config.run_id}-reap")
     a = make_sandbox("kubernetes", base_image, mine).start()
-    b = make_sandbox("kubernetes", base_image, mine).start()
+    # one of the run's parts (a runner's actor, a trainer's episode), as Docker's reaper finds
+    b = make_sandbox("kubernetes", base_image, mine.replace(run_id=f"{mine.run_id}-a1")).start()
     other = make_sandbox("kubernetes", base_image, sandbox_config).start()
     try:
         assert reap("kubernetes", mine.run_id) == 2

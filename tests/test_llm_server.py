@@ -269,3 +269,106 @@ def test_a_server_that_is_down_makes_retried_infra_errors(tiny_model_dir, ray_se
     assert ep.status == "infra_error" and ep.reward is None and ep.reason == "policy_error"
     assert "cannot reach the model server" in ep.error and ep.retries == 1 and stats["retried"] == 1
     assert json.loads(ep.to_json())["reward"] is None
+
+
+def test_a_conversation_that_fills_the_context_ends_truncated_not_retried(
+    tiny_model_dir, ray_session, tasks, sandbox_config
+):
+    # The first prompt alone is longer than max_context: the policy stops before any request
+    # (the port has no server: asking it would be a retried infra error, as in the test above).
+    p = policy(tiny_model_dir, f"http://127.0.0.1:{free_port()}/v1", mode="tokens", max_context=16)
+    with RolloutRunner(
+        tasks[:1],
+        p,
+        num_actors=1,
+        max_retries=1,
+        retry_delay=0.1,
+        env_kwargs={"sandbox_config": sandbox_config},
+    ) as r:
+        (ep,) = r.run()
+        stats = dict(r.stats)
+    assert ep.reason == "max_context" and ep.status == "empty_patch" and ep.reward == 0.0  # graded: no diff
+    assert not ep.infra_error and ep.retries == 0 and stats.get("retried", 0) == 0 and ep.steps == []
+
+
+def _synth_task():
+    """A synthesized task's record and candidate, as the synthesis pipeline makes them (no sandbox needed)."""
+    from swerl.tasks.instance import Instance
+    from swerl.tasks.synth.inject import Candidate
+
+    patch = (
+        "diff --git a/demo/core.py b/demo/core.py\n--- a/demo/core.py\n+++ b/demo/core.py\n"
+        "@@ -1,2 +1,2 @@\n def clamp(x, hi):\n-    return max(x, hi)\n+    return min(x, hi)\n"
+    )
+    inst = Instance(instance_id="pypi__demo.flip.0", repo="pypi/demo", base_commit="0" * 40, patch=patch,
+                    test_patch="", problem_statement="", FAIL_TO_PASS=["tests/test_core.py::test_clamp"],
+                    PASS_TO_PASS=[], extra={"synth": {"method": "inject"}})  # fmt: skip
+    cand = Candidate("inject", None, inst.FAIL_TO_PASS, [], ["tests/test_core.py"],
+                     errors={"tests/test_core.py::test_clamp": "AssertionError: assert 12 == 10"})  # fmt: skip
+    return inst, cand
+
+
+def test_synth_problem_statements_come_from_a_live_model_with_the_mode_recorded(server, tiny_model_dir):
+    from swerl.tasks.synth.statement import ModelWriter
+    from swerl.tasks.synth.suite import write_statement
+
+    inst, cand = _synth_task()
+    w = ModelWriter(server.url, str(tiny_model_dir), max_tokens=24)
+    w.check()
+    for _ in range(2):  # the same writer, task after task
+        write_statement(inst, cand, w)
+        assert inst.extra["synth"]["statement"] == {"mode": "model", "model": str(tiny_model_dir)}
+        assert inst.problem_statement.strip()  # the model produced text, and it is what the task carries
+
+
+class _Quoter(http.server.BaseHTTPRequestHandler):
+    """Test double of a model that quotes the fix back (a real tiny model cannot be made to)."""
+
+    def do_POST(self):
+        prompt = json.loads(self.rfile.read(int(self.headers["content-length"])))["messages"][0]["content"]
+        added = next(ln[1:] for ln in prompt.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
+        body = json.dumps(
+            {"choices": [{"message": {"content": f"Change it to `{added.strip()}`."}}]}
+        ).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_synth_problem_statements_fall_back_to_the_template_and_say_why(garbage_server):
+    from swerl.errors import ConfigError
+    from swerl.tasks.synth.statement import ModelWriter, TemplateWriter
+    from swerl.tasks.synth.suite import write_statement
+
+    inst, cand = _synth_task()
+    template = TemplateWriter().write(inst, cand).text
+    assert "test_clamp" in template and "assert 12 == 10" in template and "min(" not in template
+    quoter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quoter)
+    threading.Thread(target=quoter.serve_forever, daemon=True).start()
+    try:
+        for url, why in [(f"http://127.0.0.1:{quoter.server_port}/v1", "model reply quoted the fix"),
+                         (garbage_server, "model failed: problem-statement model at")]:  # fmt: skip
+            write_statement(inst, cand, ModelWriter(url, "m", timeout=5))
+            rec = inst.extra["synth"]["statement"]
+            assert rec["mode"] == "template" and rec["fallback"].startswith(why), rec
+            assert inst.problem_statement == template
+    finally:
+        quoter.shutdown()
+    with pytest.raises(ConfigError, match="problem-statement model"):  # down: refused before any work
+        ModelWriter(f"http://127.0.0.1:{free_port()}/v1", "m", timeout=2).check()
+
+
+def test_a_format_object_needs_token_mode():
+    """A format object (PatchMenu) reads the sampled ids, which chat mode does not have exactly."""
+    from swerl.errors import ConfigError
+    from swerl.policies.formats import PatchMenu
+
+    with pytest.raises(ConfigError, match="needs mode 'auto' or 'tokens'"):
+        LLMPolicy("m", base_url="http://127.0.0.1:9/v1", action_format=PatchMenu(), mode="chat")
+    with pytest.raises(ConfigError, match="format object with start"):
+        LLMPolicy("m", base_url="http://127.0.0.1:9/v1", action_format=object())

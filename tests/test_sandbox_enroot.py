@@ -20,6 +20,7 @@ import time
 import uuid
 
 import pytest
+from midcommand import fails_within
 
 from swerl.env import actions
 from swerl.env.swe_env import SWEEnv
@@ -149,8 +150,10 @@ def test_reap_ends_a_runs_sandboxes_and_close_after_reap_is_quiet(
     base_image, sandbox_config, enroot_double, caplog
 ):
     cfg = sandbox_config.replace(run_id=f"test-enroot-reap-{uuid.uuid4().hex[:6]}")
-    # one started from the image, one created (a full copy that close or reap must delete)
-    left = [EnrootSandbox(base_image, cfg, start_from=s).start() for s in ("image", "create")]
+    # one started from the image, one created (a full copy that close or reap must delete),
+    # the second as one of the run's parts (``RUN-a1``), as Docker's reaper finds them
+    parts = {"image": cfg, "create": cfg.replace(run_id=f"{cfg.run_id}-a1")}
+    left = [EnrootSandbox(base_image, c, start_from=s).start() for s, c in parts.items()]
     other = EnrootSandbox(base_image, sandbox_config).start()
     try:
         assert left[1].name in names(str(enroot_double))
@@ -300,6 +303,12 @@ def _jail_init(proc) -> int:
     """The host pid of the sandbox's pid 1 (the child of unshare)."""
     with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
         return int(f.read().split()[0])
+
+
+def test_a_command_fails_in_bounded_time_when_the_start_process_dies_under_it(sandbox):
+    """The server may outlive ``enroot start`` and hold the pipe open: the probe still ends it."""
+    sandbox._channel.probe_every = 0.5
+    fails_within(30, sandbox, sandbox._c.proc.kill, r"exited -9")
 
 
 @pytest.mark.parametrize("victim", ["start process", "sandbox init"])

@@ -504,6 +504,32 @@ def test_a_batch_with_no_valid_action_is_said_out_loud():
     assert tail("short", 80) == "short"
 
 
+def test_ray_s_raylet_state_dump_is_left_out_of_the_cli_output():
+    """What Ray's driver printed when a node's raylet was killed mid-run (tests/test_multinode.py
+    kills one for real and checks the command's output)."""
+    import io
+
+    from swerl.rayoutput import RayDumpFilter
+
+    out = io.StringIO()
+    f = RayDumpFilter(out)
+    dump = "".join(
+        f"    [state-dump] \tNodeManager.Op{i} - 1 total (0 active), Execution time: mean = 1ms\n"
+        for i in range(20)
+    )
+    f.write(
+        "(raylet) Raylet is terminated. Termination is unexpected. Last 20 lines of the Raylet logs:\n" + dump
+    )
+    f.write("\n")
+    f.write("[2/8] swerl__textkit-1 #0: resolved reward=1.0 (97.2 s)\n")
+    assert out.getvalue() == (
+        "(raylet) Raylet is terminated. Termination is unexpected. Last 20 lines of the Raylet logs:\n"
+        "    [swerl: 20 line(s) of the raylet's state dump left out; Ray's logs keep them]\n"
+        "\n[2/8] swerl__textkit-1 #0: resolved reward=1.0 (97.2 s)\n"
+    )
+    assert f.isatty() is False and f.getvalue() == out.getvalue()  # the rest is the stream's
+
+
 def test_ctrl_c_in_the_sandbox_shell_kills_the_command_not_the_session(task_images):
     p = subprocess.Popen([sys.executable, "-m", "swerl", "sandbox", "shell", "swerl__textkit-1"], env=env(),
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip

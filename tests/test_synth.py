@@ -61,6 +61,36 @@ def test_a_syntax_error_gives_no_mutants():
     assert mutants_of_source("bad.py", "def f(:\n") == []
 
 
+def _nap(seconds: float) -> float:
+    """A call that may outlive its deadline (a stand-in for a sandbox read that never returns)."""
+    import time
+
+    if seconds < 0:
+        raise ValueError("negative nap")
+    time.sleep(seconds)
+    return seconds
+
+
+@pytest.mark.parametrize("use_ray", [False, True], ids=["threads", "ray"])
+def test_a_stuck_call_costs_itself_not_the_run(use_ray, request):
+    """Every synthesis wait has a deadline: a call past it is abandoned with an error naming it, the rest finish."""
+    import time
+
+    from swerl.errors import InfraError
+    from swerl.tasks.synth.runs import bounded
+
+    if use_ray:
+        request.getfixturevalue("ray_session")
+    abandoned = []
+    calls = [(_nap, (0.1,), 60.0), (_nap, (600.0,), 3.0), (_nap, (-1.0,), 60.0), (_nap, (0.2,), 60.0)]
+    t = time.monotonic()
+    got = dict(bounded(calls, workers=2, use_ray=use_ray, poll=0.5, on_abandon=abandoned.append))
+    assert time.monotonic() - t < 60  # not the stuck call's 600 s
+    assert got[0] == 0.1 and got[3] == 0.2
+    assert isinstance(got[1], InfraError) and "deadline of 3 s" in str(got[1]) and abandoned == [1]
+    assert isinstance(got[2], ValueError)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # ~3 min on an idle 2-core box; a busy one takes several times that
 def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path, docker_client, monkeypatch):
@@ -74,7 +104,7 @@ def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path,
     out = tmp_path / "suite"
     report = synthesize(
         ["pypi:inflection==0.5.1", str(SUITES / "repos" / "swerl__textkit.bundle")],
-        out, max_candidates=2, per_function=1, workers=2, workdir=tmp_path / "work",
+        out, max_candidates=4, per_function=1, workers=2, workdir=tmp_path / "work",
     )  # fmt: skip
     insts = load_tasks(out / "tasks.jsonl")
     images = {i.image for i in insts}
@@ -95,6 +125,7 @@ def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path,
                 and meta["lines_changed"] >= 1
             )
             assert inst.FAIL_TO_PASS[0].split("::")[0] in inst.eval_script
+            assert meta["statement"] == {"mode": "template"} and inst.problem_statement
         plain = [json.loads(x) for x in (out / "swebench.jsonl").read_text().splitlines()]
         assert {r["instance_id"] for r in plain} == {i.instance_id for i in insts}
         assert (out / "repos" / "pypi__inflection.bundle").is_file()

@@ -28,6 +28,10 @@ pytestmark = [
 ]
 
 
+STEPS, LR = 12, 5e-2
+"""The learning test's length and learning rate (``python -m swerl.bench learn`` runs 30 steps)."""
+
+
 @pytest.fixture(scope="module")
 def vllm(tiny_model_dir, tmp_path_factory):
     """The server, started now; ``.wait()`` where first needed, so Ray and Docker start meanwhile."""
@@ -187,8 +191,8 @@ def test_chat_mode_on_vllm_keeps_the_sampled_ids_and_lays_each_message_out_once(
         assert text.count(obs) == 1
 
 
-def test_replies_are_cut_to_the_context_left(vllm, tiny_model_dir, hf):
-    from swerl.errors import PolicyError
+def test_replies_are_cut_to_the_context_left_and_a_full_context_stops_the_episode(vllm, tiny_model_dir, hf):
+    from swerl.policies.base import STOP
 
     vllm.wait()
     probe = LLMPolicy(str(tiny_model_dir), base_url=vllm.url, max_tokens=1)
@@ -197,5 +201,63 @@ def test_replies_are_cut_to_the_context_left(vllm, tiny_model_dir, hf):
     state = p.start(None, 0)
     d = p.act(state, "fix it")
     assert 1 <= len(d.info["completion_ids"]) <= 3 and len(state.chat.ids) <= n + 3
-    with pytest.raises(PolicyError, match="fills the model's context"):
-        p.act(state, "a long observation " * 5)
+    assert p.act(state, "a long observation " * 5).info == {STOP: "max_context"}  # truncated, not an error
+    # without max_context the server's own refusal (longer than --max-model-len 2048) says the same
+    for mode in ("tokens", "chat"):
+        q = LLMPolicy(str(tiny_model_dir), base_url=vllm.url, max_tokens=4, mode=mode)
+        assert q.act(q.start(None, 0), "word " * 2100).info == {STOP: "max_context"}
+
+
+@pytest.mark.timeout(1200)  # ~2 min on a quiet box; the steps wait on Docker episodes under load
+def test_grpo_through_vllm_learns_with_weights_pushed_each_step(
+    vllm, tiny_model_dir, ray_session, tasks, sandbox_config, tmp_path
+):
+    """The production path carries a learning signal: swerl's async loop (RolloutRunner streaming
+    GRPO groups, Prefetch) with LLMPolicy sampling token-in/token-out from the vLLM server, the
+    trainer stepping on the recorded ids and logprobs and pushing its weights to the server after
+    every step. The untrained model picks the gold fix about a third of the time (PatchMenu: its
+    first sampled token picks gold, a wrong patch or none; every episode edits and is graded in
+    Docker); the mean reward must rise, sampled by pushed weights, and every token the trainer
+    scores as on-policy must have the logprob the server recorded (importance ratio 1).
+    ``python -m swerl.bench learn`` runs the full 30-step curve for several seeds."""
+    from transformers import AutoModelForCausalLM
+
+    from swerl.episode import JsonlSink
+    from swerl.integrations.grpo import train_grpo
+    from swerl.policies.formats import PatchMenu
+
+    torch.manual_seed(0)
+    vllm.wait()
+    menu_tasks = [t for t in tasks if t.instance_id in ("swerl__intervals-1", "swerl__tinyconf-2")]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    policy = LLMPolicy(
+        str(tiny_model_dir), base_url=vllm.url, max_tokens=1, temperature=1.0, mode="tokens",
+        system_prompt="Fix the issue.", action_format=PatchMenu(), seed=0,
+    )  # fmt: skip
+    sink = tmp_path / "episodes.jsonl"
+    runner = RolloutRunner(
+        menu_tasks, policy, num_actors=1, envs_per_actor=8, attempts=4, group=True, max_staleness=1,
+        sink=str(sink), env_kwargs={"sandbox_config": sandbox_config},
+    )  # fmt: skip
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with runner:
+            logs = train_grpo(runner, model, steps=STEPS, groups_per_step=2, lr=LR)
+    finally:
+        torch.set_num_threads(threads)
+    rewards = [h.reward for h in logs]
+    start, end = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+    print(f"grpo through vLLM: reward {start:.2f} (first 3 steps) -> {end:.2f} (last 3)", rewards)
+    assert start <= 0.6 and end >= 0.8, rewards
+    assert all(h.episodes == 8 and h.dropped == 0 for h in logs)
+    # the rise was sampled by pushed weights: late steps learn from tokens of versions >= 1
+    assert all(min(h.sampled_by) >= 1 for h in logs[-3:]), [h.sampled_by for h in logs]
+    assert max(h.sampled_by[-1] for h in logs) == STEPS - 1
+    # on-policy tokens: the trainer's logprob is the server's (ratio 1); stale ones really differ
+    assert sum(h.on_policy_tokens for h in logs) >= STEPS
+    assert max(h.on_policy_dev for h in logs) < 1e-3, [h.on_policy_dev for h in logs]
+    assert any(h.stale_ratio_dev > 1e-2 for h in logs)
+    episodes = list(JsonlSink.read(sink))
+    assert all({s.policy["mode"] for s in ep.steps} == {"tokens"} for ep in episodes)
+    assert all(ep.to_tokens().exact for ep in episodes)

@@ -50,7 +50,8 @@ def official_log(run_id: str, inst: Instance) -> str:
 
 
 STRICT_STEPS = ("scrub", "allowlist")
-"""What strict mode adds to a grade (its timings keys); the rest is the shared path."""
+"""What strict mode adds to a grade in steps of its own (its timings keys); the runner's set-up
+and the verdict's HMAC chain run inside ``eval``, beside the tests."""
 
 
 def official_grade(inst: Instance, patch: str, client: object, run_id: str) -> str:
@@ -194,6 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"strict mode: {totals['strict'] / n:.2f} s per grade against official's {totals['swerl'] / n:.2f} s "
         f"({extra:+.1%}); goal (< +10%): {'met' if extra < 0.10 else 'NOT met'}; its own steps "
-        f"(history scrub and tree listing, allowlist and runner set-up) take {statistics.median(own) * 1000:.0f} ms per grade (median)"
+        f"(history scrub with the first tree listing, second listing and allowlist) take {statistics.median(own) * 1000:.0f} ms per grade (median)"
     )
     return 1 if mismatches else 0

@@ -14,11 +14,18 @@ import argparse
 import json
 import os
 import statistics
+import threading
 import time
 from pathlib import Path
 
 DEFAULT_REPOS = ("pypi:toolz==1.2.0", "pypi:cachetools==8.0.2", "pypi:boltons==26.2.0")
 BUNDLED = ("swerl__textkit", "swerl__intervals", "swerl__tinyconf")
+
+
+def _sample_load(loads: list[float], stop: threading.Event, every: float = 15.0) -> None:
+    """The 1-minute load average every ``every`` s: the rate means little without the box's load beside it."""
+    while not stop.wait(every):
+        loads.append(os.getloadavg()[0])
 
 
 def container_run_seconds(instances: list, n: int) -> list[float]:
@@ -34,6 +41,48 @@ def container_run_seconds(instances: list, n: int) -> list[float]:
     return out
 
 
+NOOP = "diff --git a/SYNTH_NOTE b/SYNTH_NOTE\nnew file mode 100644\n--- /dev/null\n+++ b/SYNTH_NOTE\n@@ -0,0 +1 @@\n+x\n"
+"""An empty attempt as swebench's harness can take it (it refuses an empty patch): a file no test reads."""
+
+
+def harness_sample(instances: list, n: int, seed: int = 0) -> dict:
+    """Grade ``n`` validated tasks (spread over repositories) with swebench's own ``run_instance``: gold and empty."""
+    import random
+    import tempfile
+
+    from swerl.bench.grade import _remove_official_containers, official_grade
+    from swerl.sandbox.docker import connect
+
+    rng = random.Random(seed)
+    by_repo: dict[str, list] = {}
+    for inst in instances:
+        by_repo.setdefault(inst.repo, []).append(inst)
+    picked = []
+    while len(picked) < n and any(by_repo.values()):
+        for insts in by_repo.values():
+            if insts and len(picked) < n:
+                picked.append(insts.pop(rng.randrange(len(insts))))
+    client = connect()
+    rows = []
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="swerl-harness-") as logs:
+        os.chdir(logs)  # run_instance writes its logs under the cwd
+        try:
+            for k, inst in enumerate(picked):
+                run = f"synthbench-{os.getpid()}-{k}"
+                try:
+                    gold = official_grade(inst, inst.patch, client, run)
+                    empty = official_grade(inst, NOOP, client, run + "e")
+                finally:
+                    for r in (run, run + "e"):
+                        _remove_official_containers(client, r)
+                rows.append({"instance_id": inst.instance_id, "gold": gold, "empty": empty})
+        finally:
+            os.chdir(cwd)
+    agree = sum(r["gold"] == "resolved" and r["empty"] == "unresolved" for r in rows)
+    return {"graded": len(rows), "agree": agree, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m swerl.bench synth", description=__doc__)
     ap.add_argument("--repos", nargs="+", default=list(DEFAULT_REPOS), help="libraries for injection")
@@ -42,8 +91,15 @@ def main(argv: list[str] | None = None) -> int:
         "--max-candidates", type=int, default=None, help="mutants probed per library (default: all)"
     )
     ap.add_argument("--per-function", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=3, help="sandboxes at once per library")
+    ap.add_argument("--parallel-repos", type=int, default=3, help="libraries synthesized side by side")
     ap.add_argument("--compare", type=int, default=5, help="tasks timed in a fresh container per run")
+    ap.add_argument(
+        "--harness-sample",
+        type=int,
+        default=0,
+        help="validated tasks also graded by swebench's run_instance (gold must resolve, empty must not)",
+    )
     ap.add_argument("--out", default="runs/bench-synth", help="where the suite is written")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -56,10 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_history:
         specs += [str(suites_dir() / "swerl-mini" / "repos" / f"{b}.bundle") for b in BUNDLED]
     load0 = os.getloadavg()
+    loads: list[float] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_load, args=(loads, stop), daemon=True)
+    sampler.start()
     t = time.monotonic()
     report = synthesize(specs, args.out, max_candidates=args.max_candidates, per_function=args.per_function,
-                        workers=args.workers)  # fmt: skip
+                        workers=args.workers, parallel_repos=args.parallel_repos)  # fmt: skip
     wall = time.monotonic() - t
+    stop.set()
     load1 = os.getloadavg()
     per_method = report.per_method()
     candidates = sum(m.get("candidates", 0) for m in per_method.values())
@@ -84,8 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         "probe_seconds_per_run": round(probe_s / runs, 3) if runs else None,
         "fresh_container_seconds_per_run": round(statistics.median(fresh), 3) if fresh else None,
         "loadavg_start_end": [round(load0[0], 1), round(load1[0], 1)],
+        "loadavg_mean": round(statistics.mean(loads), 1) if loads else None,
+        "statements": {r.repo: r.statements for r in report.repos},
         "cpus": os.cpu_count(),
     }
+    if args.harness_sample and report.validated:
+        data["harness"] = harness_sample(load_instances(Path(args.out) / "tasks.jsonl"), args.harness_sample)
     if data["probe_seconds_per_run"] and data["fresh_container_seconds_per_run"]:
         data["ratio_fresh_over_probe"] = round(
             data["fresh_container_seconds_per_run"] / data["probe_seconds_per_run"], 1
@@ -94,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(data, indent=2))
         return 0
     print(f"synth bench: {len(specs)} repositories, {data['cpus']} CPUs, load average {load0[0]:.1f} -> {load1[0]:.1f} "
+          f"(mean {data['loadavg_mean']}) "
           "(a shared box: other work runs beside this)")  # fmt: skip
     print(f"wall {wall:.0f} s; candidates {candidates} ({data['candidates_per_hour']}/h); "
           f"validated {report.validated} ({data['validated_per_hour']}/h)")  # fmt: skip
@@ -105,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     if "ratio_fresh_over_probe" in data:
         print(f"per test run: probe {data['probe_seconds_per_run']:.3f} s, fresh container "
               f"{data['fresh_container_seconds_per_run']:.3f} s -> ratio {data['ratio_fresh_over_probe']}x")  # fmt: skip
+    if "harness" in data:
+        h = data["harness"]
+        print(
+            f"swebench run_instance on a sample: {h['agree']}/{h['graded']} gold resolved and empty unresolved"
+        )
     for repo, err in data["errors"].items():
         print(f"  {repo}: ERROR {err}")
     return 0

@@ -7,11 +7,15 @@ Two loops run side by side on the same envs (``--envs`` in flight):
 
 - ``trl-sync``: TRL's GRPOTrainer with swerl's ``rollout_func``; each step waits
   for its whole batch of episodes (``--envs`` of them), then runs the optimizer.
-- ``async``: RolloutRunner streams GRPO groups with ``max_staleness=1``, pulled by a
-  background thread (``swerl.rollout.prefetch.Prefetch``); the trainer updates on each
-  group as it arrives (a plain policy-gradient step with group-normalised advantages
-  on the exact token layout) while the next groups' episodes run, sampled by a copy of
-  the model that the trainer syncs after each update (``HFGenerator.load_weights``).
+- ``async``: RolloutRunner streams GRPO groups (a task's 4 attempts) with a bounded
+  staleness (``--staleness``, default 1: an episode is trained on at most one policy
+  version after the one that sampled it, else re-run; every step records the version
+  that sampled its tokens), pulled by a background thread
+  (``swerl.rollout.prefetch.Prefetch``, up to ``--staleness`` batches queued). The trainer
+  takes each group's gradient as it arrives (a plain policy-gradient step with
+  group-normalised advantages on the exact token layout) and steps the optimizer once per
+  batch of ``--envs`` episodes, while the next episodes run, sampled by a copy of the model
+  the trainer syncs after each step (``HFGenerator.load_weights``).
 
 Per batch of ``--envs`` episodes, the wall time is split into generation (the
 model sampling actions, in the driver), environment and grading (the trainer
@@ -19,13 +23,14 @@ blocked on the actors; the grading part is that wait times the episodes' share
 of time spent grading), and optimizer (everything the trainer computes). In the
 async loop generation runs beside the trainer, so its trainer-side generation is 0
 and the environment column is the time the trainer blocked waiting for a group. The
-first step (actors starting) is left out.
+first step (actors starting) is left out. Last, the async envs run alone for two batches
+with the trainer idle: that rate against the trainer's own time per batch is the least the
+trainer must wait, however well the two overlap.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import math
 import os
 import tempfile
@@ -122,7 +127,7 @@ def run_trl(tasks, model_dir: str, envs: int, steps: int, tokens: int, sink: str
     return _row("trl-sync", len(later), envs, wall, gen, wait, _grading_share(later))
 
 
-def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int) -> list:
+def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int, staleness: int = 1) -> list:
     import copy
 
     import torch
@@ -150,48 +155,65 @@ def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int) -> lis
     # the sampler is a copy the trainer syncs after each update, so it samples while the optimizer steps
     sampler = Timed(copy.deepcopy(model), tok, max_new_tokens=tokens)
     policy = ModelPolicy(sampler, "Fix the issue.", PatchMenu())
+    per_step = envs // 4  # GRPO groups of 4 per optimizer step: one batch of `envs` episodes, as TRL's step
+    alone = 2 * per_step  # then the env alone (trainer idle): what the envs can produce at all
+    rounds = math.ceil((groups + per_step * (staleness + 1) + alone) / len(tasks))
+    work = [(t.instance_id, 4 * r + a) for r in range(rounds) for t in tasks for a in range(4)]
     runner = RolloutRunner(
         tasks,
         policy,
         num_actors=max(1, envs // 8),
         envs_per_actor=min(8, envs),
-        attempts=4 * math.ceil((groups + envs // 4) / len(tasks)),
+        attempts=4,  # a group is a task's 4 attempts of one round
         group=True,
-        max_staleness=1,
+        max_staleness=staleness,
         run_id=f"bench-train-async-{os.getpid()}",
     )
     taken: list[Episode] = []
     opt_s = 0.0
-    per_step = envs // 4  # groups per optimizer step: one batch of `envs` episodes, as TRL's step
-    with runner, Prefetch(runner.stream(), ahead=per_step) as stream:
+    # up to `staleness` batches wait finished while the trainer steps: every one is consumed within the bound
+    with runner, Prefetch(runner.stream(work), ahead=per_step * staleness) as stream:
         it = iter(stream)
-        first = next(it)  # actors started, first group in
-        t0, g0, w0 = time.perf_counter(), len(gen_seconds), stream.waited
-        batch: list[list[Episode]] = []
-        for n, group in enumerate(itertools.chain([first], it)):
-            if n >= groups:
-                break
-            batch.append(group)
-            if len(batch) < per_step and n + 1 < groups:
-                continue
+        t0, g0, w0 = time.perf_counter(), 0, 0.0
+        n_in_batch = 0
+        for n, group in enumerate(it):
             t = time.perf_counter()
-            for g in batch:
-                _grpo_step(model, opt, [e for e in g if e.reward is not None], step=False)
-            opt.step()
-            opt.zero_grad()
-            sampler.load_weights(model)
-            runner.set_policy_version(runner.policy_version + 1)
+            # stream: each group's gradient as it arrives, the optimizer step once a batch is in
+            _grpo_step(model, opt, [e for e in group if e.reward is not None], step=False)
+            n_in_batch += 1
+            if n_in_batch == per_step or n + 1 == groups:
+                opt.step()
+                opt.zero_grad()
+                sampler.load_weights(model)
+                runner.set_policy_version(runner.policy_version + 1)
+                n_in_batch = 0
             if n >= per_step:  # the first batch (actors starting) is left out
                 opt_s += time.perf_counter() - t
-                taken.extend(e for g in batch for e in g)
-            batch = []
+                taken.extend(group)
+            elif n == per_step - 1:  # the clocks start after the first step, as in trl-sync
+                t0, g0, w0 = time.perf_counter(), len(gen_seconds), stream.waited
+            if n + 1 >= groups:
+                break
         wall = time.perf_counter() - t0
         wait = stream.waited - w0
         stale = runner.stats["stale_rerun"]
+        # the envs alone, the trainer idle (what was queued meanwhile is skipped)
+        stream.drain()
+        t1, produced = time.perf_counter(), 0
+        for group in it:
+            produced += len(group)
+            if produced >= 4 * alone:
+                break
+        env_alone = (time.perf_counter() - t1) * envs / max(1, produced)
     gen = sum(gen_seconds[g0:])
     # generation runs beside the trainer here: the trainer's time is its waits and its updates
     row = _row("async", len(taken), envs, wall, 0.0, wait, _grading_share(taken))
-    print(f"async: {stale} stale episodes re-run; the sampler generated {gen:.1f} s beside the trainer")
+    trainer = opt_s * envs / max(1, len(taken))
+    print(f"async: {stale} stale episodes re-run (max_staleness {staleness}); the sampler generated "
+          f"{gen:.1f} s beside the trainer")  # fmt: skip
+    print(f"async: the envs alone (trainer idle) produce a batch of {envs} in {env_alone:.1f} s, the trainer "
+          f"consumes one in {trainer:.1f} s: even with perfect overlap it waits at least "
+          f"{100 * max(0.0, 1 - trainer / env_alone):.0f}% of the time")  # fmt: skip
     return row
 
 
@@ -222,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs", type=int, default=16, help="episodes in flight (= one TRL batch)")
     parser.add_argument("--steps", type=int, default=3, help="TRL steps (the first is left out)")
     parser.add_argument("--max-new-tokens", type=int, default=8)
+    parser.add_argument(
+        "--staleness",
+        type=int,
+        default=1,
+        help="async: max policy versions an episode may lag (batches ahead)",
+    )
     args = parser.parse_args(argv)
     if args.envs % 4:
         parser.error("--envs must be a multiple of 4 (GRPO groups of 4)")
@@ -239,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as d:
         rows = [run_trl(tasks, model_dir, args.envs, args.steps, args.max_new_tokens, f"{d}/trl.jsonl")]
     groups = args.steps * args.envs // 4  # one optimizer step per batch of --envs episodes, as TRL
-    rows.append(run_async(tasks, model_dir, args.envs, groups, args.max_new_tokens))
+    rows.append(run_async(tasks, model_dir, args.envs, groups, args.max_new_tokens, args.staleness))
     print(f"{args.envs} envs in flight; seconds per batch of {args.envs} episodes; {os.cpu_count()} CPUs, "
           f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}")  # fmt: skip
     header = [

@@ -78,15 +78,16 @@ def strict_script(eval_script: str, run: RunDir) -> str:
     return "".join(lines[:head]) + preamble(run) + "".join(lines[head:])
 
 
-def setup_command(run: RunDir, base_commit: str, changed_json: str = "") -> str:
-    """Fill the run directory: the base commit's pytest config files mirrored under ``base/``."""
-    d = shlex.quote(run.path)
+def setup_command(run: RunDir, base_commit: str) -> str:
+    """Fill the run directory: the base commit's pytest config files mirrored under ``base/``
+    (names read NUL-separated, never quoted; a file that cannot be read fails the set-up)."""
+    d, base = shlex.quote(run.path), shlex.quote(base_commit)
     names = " ".join(f"-e {shlex.quote('(^|/)' + re.escape(n) + '$')}" for n in CONFIG_NAMES)
     return (
         f"mkdir -p {d}/base && chmod 700 {d} && "
-        f"git -c core.hooksPath=/dev/null ls-tree -r --name-only {shlex.quote(base_commit)} "
-        f'| grep -E {names} | while IFS= read -r p; do mkdir -p {d}/base/"$(dirname "$p")" && '
-        f'git cat-file blob {shlex.quote(base_commit)}:"$p" > {d}/base/"$p"; done; true'
+        f"git -c core.hooksPath=/dev/null ls-tree -r -z --name-only {base} "
+        f'| grep -zE {names} | while IFS= read -r -d \'\' p; do mkdir -p {d}/base/"$(dirname "$p")" && '
+        f'git cat-file blob {base}:"$p" > {d}/base/"$p" || exit 1; done'
     )
 
 

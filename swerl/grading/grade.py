@@ -43,6 +43,8 @@ from swerl.grading.channel import (
 )
 from swerl.grading.integrity import (
     STRICT_PREFIX,
+    VERDICT_LOG,
+    VERDICT_RUNNER,
     GradingMode,
     Integrity,
     instance_test_files,
@@ -50,7 +52,7 @@ from swerl.grading.integrity import (
 )
 from swerl.grading.result import GradeResult, GradeStatus
 from swerl.sandbox.base import Sandbox, SandboxConfig
-from swerl.tasks.history import scrub_history
+from swerl.tasks.history import SCRUB_SCRIPT
 from swerl.tasks.instance import Instance
 
 log = logging.getLogger(__name__)
@@ -125,8 +127,7 @@ def evaluate(
         t = time.monotonic()
         before: dict[str, Entry] = {}
         if integrity is not None:
-            scrub_history(sb, CONTAINER_WORKDIR)
-            before = _list_tree(sb)
+            before = _scrub_and_list(sb)
             timings["scrub"] = time.monotonic() - t
             t = time.monotonic()
         applied, apply_output, apply_command = (True, "", "") if not patch else _apply(sb, patch, strict)
@@ -137,19 +138,22 @@ def evaluate(
             )
         if not applied:
             return Evaluation(False, apply_output=apply_output, timings=timings, integrity=integrity)
-        script, run = spec.eval_script, None
+        run = None
         if integrity is not None:
             t = time.monotonic()
             changed = _enforce_allowlist(sb, instance, before, integrity)
-            run = RunDir.new()
-            _setup_run_dir(sb, instance, run, changed)
-            script = strict_script(script, run)
             timings["allowlist"] = time.monotonic() - t
+            run = RunDir.new()
         t = time.monotonic()
-        _write(sb, EVAL_SCRIPT_PATH, script.encode())
-        command = f"{STRICT_PREFIX if strict else ''}/bin/bash {EVAL_SCRIPT_PATH}"
+        if run is None:
+            _write(sb, EVAL_SCRIPT_PATH, spec.eval_script.encode())
+            command = f"/bin/bash {EVAL_SCRIPT_PATH}"
+        else:  # the runner's directory is filled by the same command that runs the script
+            command = _write_run_dir(sb, instance, run, changed, strict_script(spec.eval_script, run))
         r = sb.execute(command, cwd=CONTAINER_WORKDIR, timeout=timeout)
         timings["eval"] = time.monotonic() - t
+        if run is not None and r.output.startswith(_SETUP_FAILED):
+            raise SandboxError(f"cannot prepare the strict runner: {r.output[-500:]}")
         text = r.output
         if r.timed_out:  # what run_instance appends, so the log reads the same
             text += f"\n\nTimeout error: {timeout} seconds exceeded."
@@ -157,9 +161,7 @@ def evaluate(
         if run is not None and runs_pytest(spec.eval_script):
             verdict = read_verdict(_read_bytes(sb, run.verdict), run.key)
         if integrity is not None:
-            integrity.verdict = (
-                "strict runner" if verdict is not None else "log (the test command is not pytest)"
-            )
+            integrity.verdict = VERDICT_RUNNER if verdict is not None else VERDICT_LOG
         return Evaluation(
             True, text, apply_output, apply_command=apply_command, timed_out=r.timed_out,
             timings=timings, integrity=integrity, verdict=verdict,
@@ -204,6 +206,23 @@ def _list_tree(sb: Sandbox, base: str = "") -> Any:
         return parse_listing(raw)
     listing, _, tracked = raw.partition(_SPLIT)
     return parse_listing(listing), {p.decode("utf-8", "surrogateescape") for p in tracked.split(b"\0") if p}
+
+
+def _scrub_and_list(sb: Sandbox) -> dict[str, Entry]:
+    """Drop the history past the base commit (:data:`SCRUB_SCRIPT`), then list the tree:
+    one command, one round trip. Raises SandboxError when either fails."""
+    r = sb.execute(
+        f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {shlex.quote(CONTAINER_WORKDIR)} && "
+        f"printf '\\0//SWERL-SPLIT//\\0' && {LIST_TREE}",
+        cwd=CONTAINER_WORKDIR,
+        timeout=600.0,
+    )
+    said, split, listing = r.raw.partition(_SPLIT)
+    if not split or said.decode(errors="replace").strip().splitlines()[-1:] not in (["clean"], ["scrubbed"]):
+        raise SandboxError(f"cannot scrub the git history (exit {r.returncode}): {r.output[-500:]}")
+    if not r.ok:
+        raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
+    return _list_tree(sb) if r.truncated else parse_listing(listing)
 
 
 def _nul_list(paths: list[str]) -> bytes:
@@ -274,24 +293,36 @@ def _enforce_allowlist(
     return change.accepted
 
 
-def _setup_run_dir(sb: Sandbox, instance: Instance, run: RunDir, changed: list[str]) -> None:
-    """The strict runner, its key and the base commit's config mirror, outside the repository
-    (one archive written, one command)."""
+_SETUP_FAILED = "swerl: the strict runner's directory could not be prepared"
+"""What the eval command prints first, instead of running the script, when the set-up fails
+(the script's own output starts with its ``set -x`` trace, never with this)."""
+
+
+def _write_run_dir(sb: Sandbox, instance: Instance, run: RunDir, changed: list[str], script: str) -> str:
+    """Write the strict runner, its key, the changed paths and the eval script as one archive
+    (one write); -> the command that unpacks it, mirrors the base commit's config files
+    outside the repository, then runs the script (one round trip for all of it)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in (
             ("run.py", RUNNER_SOURCE.read_bytes()),
             ("key", run.key.encode()),
             ("changed.json", json.dumps(changed).encode("utf-8", "surrogateescape")),
+            ("eval.sh", script.encode()),
         ):
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o600
             tar.addfile(info, io.BytesIO(data))
+    d = shlex.quote(run.path)
     _write(sb, f"{run.path}.tar", buf.getvalue())
-    unpack = f"mkdir -p {run.path} && tar -C {run.path} -xf {run.path}.tar && rm -f {run.path}.tar && "
-    r = sb.execute(unpack + setup_command(run, instance.base_commit, ""), cwd=CONTAINER_WORKDIR)
-    if not r.ok:
-        raise SandboxError(f"cannot prepare the strict runner: {r.output[-500:]}")
+    setup = (
+        f"mkdir -p {d} && tar -C {d} -xf {d}.tar && rm -f {d}.tar && "
+        f"{{ {setup_command(run, instance.base_commit)}; }} >{d}/setup.log 2>&1"
+    )
+    return (
+        f"if ! {{ {setup}; }}; then echo {shlex.quote(_SETUP_FAILED)}; cat {d}/setup.log; exit 1; fi; "
+        f"{STRICT_PREFIX}/bin/bash {d}/eval.sh"
+    )
 
 
 def _write(sb: Sandbox, path: str, data: bytes) -> None:

@@ -42,6 +42,13 @@ if TYPE_CHECKING:
 STRICT_PREFIX = 'PYTHONNOUSERSITE=1 PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }-p no:cacheprovider" '
 
 
+VERDICT_RUNNER = "strict runner"
+"""``Integrity.verdict`` of a pytest run: statuses from the runner's keyed channel."""
+VERDICT_LOG = "log (the test command is not pytest)"
+"""``Integrity.verdict`` of any other test command: statuses read from the log, which the
+tested code can print (a trainer may weigh such a reward differently)."""
+
+
 class GradingMode(str, enum.Enum):
     """``official``: swebench's verdict, unchanged. ``strict``: for training (see module doc)."""
 
@@ -78,8 +85,13 @@ class Integrity:
     outside_markers: bool = False
     """The official reading took results from outside the markers (its whole-log fallback)."""
     verdict: str = ""
-    """Where the test results came from: the strict runner's keyed channel, or the log
-    (a test command that is not pytest). Not a finding."""
+    """Where the test results came from: :data:`VERDICT_RUNNER` (the strict runner's keyed
+    channel) or :data:`VERDICT_LOG` (a test command that is not pytest). Not a finding."""
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the statuses came from the runner's keyed channel (not from the log)."""
+        return self.verdict == VERDICT_RUNNER
 
     @property
     def clean(self) -> bool:

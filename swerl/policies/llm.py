@@ -20,13 +20,21 @@ every step (``Sampled.mode``):
   ``Episode.to_tokens(tokenizer)`` then lays the messages out with ``exact=False``
   and the trainer adapters refuse it unless allowed.
 
+``action_format`` is ``"text"``, ``"tools"``, or a format object of
+``swerl.policies.formats`` (e.g. ``PatchMenu()``) that turns the sampled ids into the
+action; a format object needs token mode. ``seed`` gives every token-mode request a
+seed derived from it, the episode and the turn (vLLM's per-request ``seed``).
+
 ``mode="auto"`` uses tokens when the model's tokenizer loads here (``tokenizer``,
 else ``model`` as a path or name) and the server answers a token prompt with ids;
 otherwise chat, with a warning saying why.
 
 Failures of the server (down, slower than ``timeout``, an error status, an answer
 that is not a chat completion) raise ``PolicyError``, an infra error: the episode
-is retried, never scored 0.
+is retried, never scored 0. A conversation that fills the model's context is not a
+failure: the policy stops the episode (``STOP``, reason ``max_context``), which the env
+ends as truncated (graded by its truncation rule, ``grade_on_truncate``); a retry would
+only fill the context again.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import logging
 import os
 import re
 import threading
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -43,7 +52,7 @@ from swerl.chat_tokens import ChatTokens
 from swerl.env.actions import FORMAT_HELP, TOOLS
 from swerl.episode import Sampled
 from swerl.errors import ConfigError, InfraError, PolicyError
-from swerl.policies.base import Decision
+from swerl.policies.base import Decision, stop
 from swerl.tasks.instance import Instance
 
 SYSTEM_PROMPT = f"""You are a software engineer fixing an issue in the repository at /testbed.
@@ -53,6 +62,8 @@ TOOLS_PROMPT = """You are a software engineer fixing an issue in the repository 
 Work step by step with the tools: inspect the code, make the fix, run the tests, then call submit."""
 ACTION_FORMATS = ("text", "tools")
 MODES = ("auto", "tokens", "chat")
+MAX_CONTEXT = "max_context"
+"""The ``STOP`` reason of an episode whose conversation fills the model's context."""
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 log = logging.getLogger(__name__)
 _LOADING = threading.Lock()
@@ -68,6 +79,11 @@ class Conversation:
     tool_call_id: str | None = None
     chat: ChatTokens | None = None
     """Token mode: the conversation as ids, the next prompt while the model is to speak."""
+    format_state: Any = None
+    """The action format object's per-episode state (``PatchMenu``'s choice), if there is one."""
+    key: str = ""
+    """``task#attempt``: with the policy's ``seed``, what each turn's sampling seed derives from."""
+    turns: int = 0
 
 
 class LLMPolicy:
@@ -84,7 +100,7 @@ class LLMPolicy:
         timeout: float = 120.0,
         logprobs: bool = True,
         token_ids: bool = True,
-        action_format: str = "text",
+        action_format: Any = "text",
         max_retries: int = 0,
         policy_version: int | None = None,
         mode: str = "auto",
@@ -92,8 +108,21 @@ class LLMPolicy:
         top_p: float = 1.0,
         top_k: int | None = None,
         max_context: int | None = None,
+        seed: int | None = None,
     ) -> None:
-        if action_format not in ACTION_FORMATS:
+        self.format = None if isinstance(action_format, str) else action_format
+        """A format object (``swerl.policies.formats``, e.g. ``PatchMenu()``) that turns the sampled
+        ids and text into the action; token mode only, since it reads the ids."""
+        if self.format is not None and not (hasattr(self.format, "start") and hasattr(self.format, "action")):
+            raise ConfigError(
+                f"LLMPolicy action_format must be one of {ACTION_FORMATS} or a format object with "
+                f"start() and action() (swerl.policies.formats), got {action_format!r}"
+            )
+        if self.format is not None and mode == "chat":
+            raise ConfigError(
+                "LLMPolicy: a format object reads the sampled ids, so it needs mode 'auto' or 'tokens'"
+            )
+        if self.format is None and action_format not in ACTION_FORMATS:
             raise ConfigError(
                 f"LLMPolicy action_format must be one of {ACTION_FORMATS}, got {action_format!r}"
             )
@@ -108,6 +137,9 @@ class LLMPolicy:
         self.max_context = max_context
         """The server's context length (vLLM ``--max-model-len``): in token mode a turn asks for at
         most the tokens that still fit, so a long episode gets shorter replies, not server errors."""
+        self.seed = seed
+        """Token mode: each request carries a seed derived from this, the episode and the turn, so
+        the same weights sample the same tokens again (vLLM's per-request ``seed``)."""
         self._labels: bool | None = None
         """Whether the server labels its weights (vLLM in dev mode); None until asked."""
         self.model = model
@@ -116,7 +148,7 @@ class LLMPolicy:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.action_format = action_format
-        default_prompt = TOOLS_PROMPT if action_format == "tools" else SYSTEM_PROMPT
+        default_prompt = TOOLS_PROMPT if self._tools() else SYSTEM_PROMPT
         self.system_prompt = default_prompt if system_prompt is None else system_prompt
         self.timeout = timeout
         self.logprobs = logprobs
@@ -145,7 +177,23 @@ class LLMPolicy:
         return self._client
 
     def start(self, task: Instance, attempt: int) -> Conversation:
-        return Conversation([{"role": "system", "content": self.system_prompt}])
+        key = f"{task.instance_id}#{attempt}" if task is not None else f"#{attempt}"
+        state = Conversation([{"role": "system", "content": self.system_prompt}], key=key)
+        if self.format is not None:
+            state.format_state = self.format.start(task)
+        return state
+
+    def _tools(self) -> list[dict[str, Any]] | None:
+        """The tool definitions the chat template renders (or the server gets), if any."""
+        if self.format is not None:
+            return self.format.tools
+        return TOOLS if self.action_format == "tools" else None
+
+    def _role(self) -> str:
+        """The role observations come back in."""
+        if self.format is not None:
+            return self.format.observation_role
+        return "tool" if self.action_format == "tools" else "user"
 
     # ------------------------------------------------------------------ mode
     def _load_tokenizer(self) -> Any:
@@ -170,13 +218,13 @@ class LLMPolicy:
             return False
         tok = self._load_tokenizer()
         if isinstance(tok, str):
-            if self.mode == "tokens":
-                raise ConfigError(f"LLMPolicy mode='tokens': {tok}")
+            if self.mode == "tokens" or self.format is not None:
+                raise ConfigError(f"LLMPolicy mode='tokens' (or a format object): {tok}")
             log.warning("LLMPolicy runs in chat mode (inexact token records): %s", tok)
             self.mode = "chat"
             return False
-        tools = TOOLS if self.action_format == "tools" else None
-        state.chat = ChatTokens(tok, [*state.messages, {"role": "user", "content": observation}], tools=tools)
+        messages = [*state.messages, {"role": "user", "content": observation}]
+        state.chat = ChatTokens(tok, messages, tools=self._tools())
         return True
 
     def _request(self, messages: list[dict[str, Any]]) -> Any:
@@ -199,6 +247,8 @@ class LLMPolicy:
                     **kwargs,
                 )
             except (openai.BadRequestError, openai.UnprocessableEntityError) as e:
+                if context_full(e):
+                    return stop(MAX_CONTEXT)
                 extras = [k for k in ("extra_body", "logprobs") if k in kwargs]
                 if not extras:
                     raise PolicyError(f"the model server rejected the request: {e}") from None
@@ -231,6 +281,8 @@ class LLMPolicy:
             state.messages.append({"role": "user", "content": observation})
         prompt_messages = [dict(m) for m in state.messages] if first else None
         resp = self._request(state.messages)
+        if isinstance(resp, Decision):  # the conversation no longer fits the model's context
+            return resp
         choices = getattr(resp, "choices", None)
         if not choices or getattr(choices[0], "message", None) is None:
             raise PolicyError(f"the model server's answer has no choices: {str(resp)[:200]}")
@@ -257,15 +309,19 @@ class LLMPolicy:
         """One turn token-in/token-out; None if the server cannot (known on a first turn: then chat)."""
         chat = state.chat
         assert chat is not None
-        role = "tool" if self.action_format == "tools" else "user"
+        role = self._role()
         if first:  # the chat was built with the first observation
             start, delta = 0, list(chat.ids)
         else:
             start = len(chat.ids)
             delta = chat.add_messages([{"role": role, "content": observation}])
+        if self.max_context is not None and len(chat.ids) >= self.max_context:
+            return stop(MAX_CONTEXT)  # no room for one more token: truncated, not an infra error
         for _ in range(3):
             before = self._weights_label()
-            resp = self._complete(chat.ids)
+            resp = self._complete(chat.ids, self._seed(state))
+            if isinstance(resp, Decision):
+                return resp
             if resp is None:  # the server takes no token prompt / returns no ids: chat mode from now on
                 state.chat = None
                 return None
@@ -289,9 +345,12 @@ class LLMPolicy:
             turn.observation_role = role
             turn.tools = chat.tools
         chat.add_completion(ids)
+        state.turns += 1
         text = chat.tokenizer.decode(ids, skip_special_tokens=True)
         info = turn.to_info()
         info["usage"] = {"prompt_tokens": len(chat.ids) - len(ids), "completion_tokens": len(ids)}
+        if self.format is not None:
+            return Decision(self.format.action(state.format_state, text, ids), info)
         return Decision(self._token_action(text), info)
 
     def _weights_label(self) -> str | None:
@@ -325,21 +384,23 @@ class LLMPolicy:
         calls = _TOOL_CALL.findall(text)
         return calls[0].strip() if len(calls) == 1 else text  # else the env says what is wrong
 
-    def _complete(self, prompt: list[int]) -> Any:
+    def _seed(self, state: Conversation) -> int | None:
+        if self.seed is None:
+            return None
+        return zlib.crc32(f"{self.seed}:{state.key}:{state.turns}".encode()) & 0x7FFFFFFF
+
+    def _complete(self, prompt: list[int], seed: int | None = None) -> Any:
         """``/v1/completions`` on token ids; None when the server cannot do it (decided on the first call)."""
         import openai
 
         max_tokens = self.max_tokens
         if self.max_context is not None:
             max_tokens = min(max_tokens, self.max_context - len(prompt))
-            if max_tokens < 1:
-                raise PolicyError(
-                    f"the conversation ({len(prompt)} tokens) fills the model's context ({self.max_context}); "
-                    "lower the env's max_steps or observation_chars, or serve a longer context"
-                )
         extra: dict[str, Any] = {"return_token_ids": True}
         if self.top_k is not None:
             extra["top_k"] = self.top_k
+        if seed is not None:
+            extra["seed"] = seed
         try:
             resp = self._chat().completions.create(
                 model=self.model,
@@ -351,6 +412,8 @@ class LLMPolicy:
                 extra_body=extra,
             )
         except openai.APIStatusError as e:
+            if context_full(e):
+                return stop(MAX_CONTEXT)
             if e.status_code not in (400, 404, 405, 422, 501):  # no such route, or the ids refused
                 raise PolicyError(f"the model server failed: {type(e).__name__}: {e}") from None
             return self._no_tokens(f"the server refused a token-id prompt: {str(e)[:200]}")
@@ -371,7 +434,7 @@ class LLMPolicy:
         return resp
 
     def _no_tokens(self, why: str) -> None:
-        if self.mode == "tokens":
+        if self.mode == "tokens" or self.format is not None:
             raise PolicyError(f"LLMPolicy mode='tokens': {why}")
         log.warning("LLMPolicy runs in chat mode (inexact token records): %s", why)
         self.mode = "chat"
@@ -413,6 +476,18 @@ class LLMPolicy:
         turn.completion_ids = completion
         state.seq = prompt + completion
         return turn
+
+
+def context_full(error: Any) -> bool:
+    """Whether a server's 400 says the prompt leaves no room in the model's context (vLLM, SGLang,
+    OpenAI word it so): the episode is over, a retry would fail the same way."""
+    if getattr(error, "status_code", None) != 400:
+        return False
+    body = getattr(error, "body", None)
+    code = body.get("code") if isinstance(body, dict) else None
+    text = str(error).lower()
+    words = ("context length", "context window", "maximum model length")
+    return code == "context_length_exceeded" or any(w in text for w in words)
 
 
 def _extra(obj: Any, name: str) -> Any:

@@ -75,6 +75,20 @@ class Prefetch:
                 raise item
             yield item
 
+    def drain(self) -> int:
+        """Drop the items waiting in the queue (the stream goes on); how many were dropped.
+        The stream's end or its error is kept for the consumer."""
+        n = 0
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return n
+            if item is _END or isinstance(item, BaseException):
+                self._queue.put(item)  # the queue just had room for it
+                return n
+            n += 1
+
     def close(self) -> None:
         self._stop.set()
         while self._thread.is_alive():

@@ -31,6 +31,7 @@ from typing import Any
 import ray
 import ray.exceptions
 
+from swerl.cluster.ray_init import ensure_ray
 from swerl.episode import Episode, JsonlSink
 from swerl.errors import ConfigError, InfraError
 from swerl.policies.base import Decision, Policy, act_batch
@@ -73,17 +74,6 @@ class Running:
     kind: str = "episode"
     state: Any = None
     pending: list[Decision] = field(default_factory=list)
-
-
-def ensure_ray(address: str | None = None) -> None:
-    """Connect to Ray (``address``, or RAY_ADDRESS) or start a local one."""
-    if not ray.is_initialized():
-        ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or None,
-            ignore_reinit_error=True,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-        )
 
 
 class RolloutRunner:

@@ -61,6 +61,15 @@ def default_run_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def of_run(label: str, run_id: str) -> bool:
+    """Whether a sandbox's run id belongs to run ``run_id``: itself or one of its parts.
+
+    A runner labels its actors' sandboxes ``RUN-a1``, ``RUN-a2``, ..., and a trainer
+    integration gives each episode or env its own runner ``RUN-<id>``, so every backend's
+    reaper finds them all from one id."""
+    return label == run_id or label.startswith(f"{run_id}-")
+
+
 @dataclass(frozen=True)
 class ExecResult:
     """What one command did.

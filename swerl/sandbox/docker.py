@@ -37,11 +37,15 @@ from swerl.sandbox.base import (
     ChannelSandbox,
     ExecResult,
     SandboxConfig,
+    of_run,
 )
 from swerl.sandbox.gate import raise_fd_limit, start_slot
 from swerl.sandbox.shell import ATTACHED_INIT, SERVER_DIED, ShellChannel, server_command
 
 log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT = 10
+"""Seconds an inspect may take when a command's channel is silent or broken."""
 
 
 def _where() -> str:
@@ -287,7 +291,11 @@ class DockerSandbox(ChannelSandbox):
             raw.setsockopt(pysocket.IPPROTO_TCP, pysocket.TCP_NODELAY, 1)
         reader = _FrameReader(raw)
         self._channel = ShellChannel(
-            send=raw.sendall, recv=reader.recv, set_timeout=raw.settimeout, describe=self.describe
+            send=raw.sendall,
+            recv=reader.recv,
+            set_timeout=raw.settimeout,
+            describe=self.describe,
+            probe=self._gone,
         )
         self._channel.handshake(self.config.start_timeout)
 
@@ -325,6 +333,35 @@ class DockerSandbox(ChannelSandbox):
         return f"{repository}:{tag}"
 
     # -------------------------------------------------------------- failures
+    def _state(self) -> dict[str, Any] | None:
+        """The container's State, or None when it no longer exists; asked with a short
+        timeout, so a daemon stuck on the container (a removal under load holds its lock)
+        cannot hold up a failing command for the client's full two minutes."""
+        api = self._client.api
+        try:
+            # docker-py's inspect_container has no per-call timeout; its _get takes one.
+            got = api._get(api._url("/containers/{0}/json", self.container_id), timeout=PROBE_TIMEOUT)
+            return api._result(got, True)["State"]
+        except docker.errors.NotFound:
+            return None
+        except requests.exceptions.Timeout as e:
+            raise BackendUnavailable(
+                f"the Docker daemon did not answer an inspect of {self.short_id} in {PROBE_TIMEOUT} s"
+            ) from e
+
+    def _gone(self) -> str | None:
+        """Why the container cannot answer any more (removed, exited), or None while it can
+        or the daemon cannot tell in time (the command's own deadline still applies)."""
+        try:
+            state = self._state()
+        except (InfraError, docker.errors.DockerException, requests.exceptions.RequestException, OSError):
+            return None
+        if state is None:
+            return "the container was removed during the command"
+        if state.get("Running") and state.get("Status") not in ("removing", "dead"):
+            return None
+        return "the container stopped during the command"
+
     def _recover(self, started: float) -> ExecResult | None:
         if not self._restart_after_server_death():
             return None
@@ -348,7 +385,9 @@ class DockerSandbox(ChannelSandbox):
             deadline = time.monotonic() + 5.0
             while True:  # the stream ends as the container exits: let it finish exiting
                 with daemon_call("inspect a container"):
-                    state = self._client.api.inspect_container(self.container_id)["State"]
+                    state = self._state()
+                if state is None:
+                    return False
                 if not state["Running"] or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
@@ -363,11 +402,15 @@ class DockerSandbox(ChannelSandbox):
 
     def _state_hint(self) -> str:
         try:
-            state = self._client.api.inspect_container(self.container_id)["State"]
-        except docker.errors.NotFound:
-            return " (the container no longer exists)"
+            state = self._state()
         except Exception:
             return ""
+        if state is None:
+            return " (the container no longer exists)"
+        return self._describe_state(state)
+
+    @staticmethod
+    def _describe_state(state: dict[str, Any]) -> str:
         bits = [f"status={state.get('Status')}"]
         if state.get("OOMKilled"):
             bits.append("OOMKilled")
@@ -401,9 +444,7 @@ def reapable(
 ) -> list[dict[str, Any]]:
     """The containers ``reap`` would remove (the daemon's listing: Id, Names, Labels, ...).
 
-    A run's sandboxes are those labelled ``run_id`` or ``run_id-...``: a runner labels its
-    actors' sandboxes ``RUN-a1``, ``RUN-a2``, ..., and a trainer integration gives each
-    episode or env its own runner ``RUN-<id>``, so one id finds them all.
+    A run's sandboxes are those labelled ``run_id`` or ``run_id-...`` (see ``of_run``).
     """
     client = client or connect()
     with daemon_call("list containers to reap"):
@@ -411,11 +452,6 @@ def reapable(
     if run_id:
         found = [c for c in found if of_run((c.get("Labels") or {}).get(RUN_LABEL, ""), run_id)]
     return [c for c in found if not orphans_only or _creator_dead(c.get("Labels") or {})]
-
-
-def of_run(label: str, run_id: str) -> bool:
-    """Whether a sandbox's run label belongs to run ``run_id`` (itself or one of its parts)."""
-    return label == run_id or label.startswith(f"{run_id}-")
 
 
 def _creator_dead(labels: dict[str, str]) -> bool:

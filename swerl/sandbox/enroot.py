@@ -289,8 +289,9 @@ def safe_run_id(run_id: str) -> str:
 
 
 def container_pattern(run_id: str | None) -> re.Pattern[str]:
-    """Names swerl gives containers: ``swerl-<run id>-<pid>-<n>``."""
-    rid = re.escape(safe_run_id(run_id)) if run_id else r"[A-Za-z0-9_.-]+"
+    """Names swerl gives containers: ``swerl-<run id>-<pid>-<n>``; of one run, its parts'
+    too (``<run id>-...``, as ``base.of_run``)."""
+    rid = re.escape(safe_run_id(run_id)) + r"(?:-[A-Za-z0-9_.-]+)?" if run_id else r"[A-Za-z0-9_.-]+"
     return re.compile(rf"(?:pyxis_)?{NAME_PREFIX}{rid}-\d+-\d+")
 
 
@@ -361,11 +362,15 @@ def environment_block(config: SandboxConfig) -> bytes:
     return head.encode() + encode_env(dict(config.env)) + tail.encode()
 
 
-class _PipeReader:
-    """recv/set_timeout over a pipe for ShellChannel (os.read with a select timeout)."""
+class _Pipes:
+    """send/recv/set_timeout over the start process's stdin and stdout for ShellChannel.
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    Both ways wait in select under the timeout: a blocking write to a server that stopped
+    reading (a frozen or dead sandbox whose pipe another process holds) would never return."""
+
+    def __init__(self, rfd: int, wfd: int) -> None:
+        self.fd, self.wfd = rfd, wfd
+        os.set_blocking(wfd, False)
         self.timeout: float | None = None
 
     def set_timeout(self, timeout: float | None) -> None:
@@ -376,6 +381,19 @@ class _PipeReader:
         if not ready:
             raise TimeoutError(f"no output within {self.timeout} s")
         return os.read(self.fd, 1 << 20)
+
+    def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while view:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            _, ready, _ = select.select([], [self.wfd], [], left)
+            if not ready:
+                raise TimeoutError(f"the sandbox read no input for {self.timeout} s")
+            try:
+                view = view[os.write(self.wfd, view) :]
+            except BlockingIOError:
+                continue
 
 
 @dataclass
@@ -677,13 +695,17 @@ class EnrootSandbox(ChannelSandbox):
             record = {"pid": c.proc.pid, "cgroups": [str(d) for d in c.limits.cgroups]}
             c.pid_path.write_text(json.dumps(record))
         assert c.proc.stdin is not None and c.proc.stdout is not None
-        stdin, reader = c.proc.stdin, _PipeReader(c.proc.stdout.fileno())
-        send = _writer(stdin)
+        pipes = _Pipes(c.proc.stdout.fileno(), c.proc.stdin.fileno())
         self._channel = ShellChannel(
-            send=send, recv=reader.recv, set_timeout=reader.set_timeout, describe=self.describe
+            send=pipes.send,
+            recv=pipes.recv,
+            set_timeout=pipes.set_timeout,
+            describe=self.describe,
+            probe=self._gone,
         )
         try:
-            send(environment_block(self.config))
+            pipes.set_timeout(self.config.start_timeout)
+            pipes.send(environment_block(self.config))
             self._channel.handshake(self.config.start_timeout)
         except (SandboxError, OSError) as e:
             rc = _poll(c.proc, 2.0)
@@ -697,6 +719,13 @@ class EnrootSandbox(ChannelSandbox):
             # Whatever died first (enroot, srun, the jail, the lifetime timer): the sandbox is gone.
             raise SandboxError(f"{self.describe} is gone{self._state_hint()}")
         return channel
+
+    def _gone(self) -> str | None:
+        """Why the sandbox cannot answer any more: its start process ended (a process the
+        sandbox left behind may still hold the pipe open)."""
+        c = self._c
+        rc = c.proc.poll() if c is not None and c.proc is not None else None
+        return None if rc is None else f"{c.what} exited {rc} during the command"
 
     @property
     def alive(self) -> bool:
@@ -816,16 +845,6 @@ def pyxis_limit_args(config: SandboxConfig) -> tuple[list[str], dict[str, str]]:
     for what in ("memory", "cpus", "pids"):
         applied.setdefault(what, "none (not asked)")
     return args, applied
-
-
-def _writer(stdin: Any):
-    def send(data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = stdin.write(view)
-            view = view[n:]
-
-    return send
 
 
 def _poll(proc: subprocess.Popen, wait: float) -> int | None:

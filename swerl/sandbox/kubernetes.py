@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from swerl.errors import BackendUnavailable, ConfigError, ImageMissing, SandboxError
-from swerl.sandbox.base import OWNER_LABEL, RUN_LABEL, ChannelSandbox, SandboxConfig
+from swerl.sandbox.base import OWNER_LABEL, RUN_LABEL, ChannelSandbox, SandboxConfig, of_run
 from swerl.sandbox.shell import INIT_SCRIPT, ShellChannel, server_command
 
 if TYPE_CHECKING:
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 NETWORK_LABEL = "swerl.network"
 """``allowed`` on pods whose config asks for network; the deny policy skips those."""
+RUN_ANNOTATION = "swerl.io/run"
+"""The exact run id (the run label is cut to a valid label value)."""
 CONTAINER = "sandbox"
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -216,7 +218,7 @@ def pod_manifest(image: str, config: SandboxConfig, kube: KubernetesConfig, name
         "metadata": {
             "name": name,
             "labels": labels,
-            "annotations": {"swerl.io/pids-limit": str(config.pids_limit), "swerl.io/run": config.run_id},
+            "annotations": {"swerl.io/pids-limit": str(config.pids_limit), RUN_ANNOTATION: config.run_id},
         },
         "spec": spec,
     }
@@ -526,6 +528,7 @@ class KubernetesSandbox(ChannelSandbox):
             recv=self._stream.recv,
             set_timeout=self._stream.set_timeout,
             describe=self.describe,
+            probe=self._gone,
         )
         self._channel.handshake(self.config.start_timeout)
 
@@ -563,6 +566,22 @@ class KubernetesSandbox(ChannelSandbox):
             self._stream.close()
             self._stream = None
 
+    def _gone(self) -> str | None:
+        """Why the pod cannot answer any more (deleted, evicted, ended), or None while it can
+        or the API server cannot tell (the command's own deadline still applies)."""
+        try:
+            pod = self._read_pod(missing_ok=True)
+        except SandboxError:
+            return None
+        if pod is None:
+            return f"pod {self.name} no longer exists: deleted during the command"
+        if pod.metadata.deletion_timestamp:
+            return f"pod {self.name} is being deleted"
+        if _ready(pod):
+            return None
+        problem = pod_problem(pod)
+        return str(problem) if problem else f"pod {self.name} stopped running during the command"
+
     def _state_hint(self) -> str:
         bits = []
         if self._stream is not None and (status := self._stream.status()):
@@ -593,13 +612,19 @@ def reap(
         api, ns = connect(kube)
         namespace = namespace or (kube.namespace if kube else None) or ns
     namespace = namespace or "default"
-    selector = f"{OWNER_LABEL}=swerl"
-    if run_id:
-        selector += f",{RUN_LABEL}={label_value(run_id)}"
     try:
-        pods = api.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=30)
-        for pod in pods.items:
+        listed = api.list_namespaced_pod(
+            namespace, label_selector=f"{OWNER_LABEL}=swerl", _request_timeout=30
+        )
+        # The run id itself is an annotation (a label value is cut to 63 characters).
+        pods = [p for p in listed.items if not run_id or of_run(_run_of(p), run_id)]
+        for pod in pods:
             _delete_pod(api, namespace, pod.metadata.name)
     except _api_errors() as e:
         raise _api_error(f"reap pods in {namespace}", e) from e
-    return len(pods.items)
+    return len(pods)
+
+
+def _run_of(pod: Any) -> str:
+    meta = pod.metadata
+    return (meta.annotations or {}).get(RUN_ANNOTATION) or (meta.labels or {}).get(RUN_LABEL, "")

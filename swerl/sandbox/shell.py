@@ -316,20 +316,32 @@ class ShellChannel:
     of stream; it may raise ``TimeoutError`` after ``set_timeout`` seconds.
     """
 
+    grace: float = 30.0
+    """Seconds past a command's timeout before the client declares the channel dead (the
+    server enforces the timeout itself; this only catches a server that cannot answer)."""
+    probe_every: float = 10.0
+    """Seconds of silence between two ``probe`` calls while waiting for a reply."""
+    send_limit: float = 300.0
+    """Seconds a request may take to send when it has no deadline of its own."""
+
     def __init__(
         self,
         send: Callable[[bytes], None],
         recv: Callable[[], bytes],
         set_timeout: Callable[[float | None], None] = lambda _t: None,
         describe: str = "sandbox",
+        probe: Callable[[], str | None] | None = None,
     ) -> None:
         self._send = send
         self._recv = recv
         self._set_timeout = set_timeout
+        self._probe = probe
         self._in = ReadBuffer(self._next_chunk)
         self._lock = threading.Lock()
         self._ids = 0
         self._broken: str | None = None
+        self._deadline: float | None = None
+        self._waited_for = ""
         self.describe = describe
         self.server_pid: int | None = None
         self.server_dir: str | None = None
@@ -337,15 +349,41 @@ class ShellChannel:
 
     # ----------------------------------------------------------------- framing
     def _next_chunk(self) -> bytes:
+        """The next bytes of the stream, by an absolute deadline (a per-read timeout alone
+        restarts with every chunk) and asking ``probe`` whether the sandbox still exists
+        every ``probe_every`` seconds of silence (a runtime may keep a dead sandbox's
+        stream open, and a command without a timeout would otherwise wait forever)."""
+        while True:
+            left = None if self._deadline is None else self._deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise self._break(f"no reply from the command server within {self._waited_for}")
+            wait = left if self._probe is None else min(left or self.probe_every, self.probe_every)
+            self._set_timeout(wait)
+            try:
+                chunk = self._recv()
+            except TimeoutError:
+                gone = self._probe() if self._probe is not None else None
+                if gone:
+                    raise self._break(gone) from None
+                continue
+            except OSError as e:
+                raise self._break(f"channel error: {e}") from e
+            if not chunk:
+                raise self._break("the command server's channel closed (the sandbox died?)")
+            return chunk
+
+    def _wait(self, seconds: float | None, what: str) -> None:
+        """Set the deadline of the reply being read: ``seconds`` from now, or none."""
+        self._deadline = None if seconds is None else time.monotonic() + seconds
+        self._waited_for = what
+
+    def _send_all(self, data: bytes, why: str) -> None:
+        left = self.send_limit if self._deadline is None else max(self._deadline - time.monotonic(), 0.001)
+        self._set_timeout(left)
         try:
-            chunk = self._recv()
-        except TimeoutError as e:
-            raise self._break("no reply from the command server in time") from e
-        except OSError as e:
-            raise self._break(f"channel error: {e}") from e
-        if not chunk:
-            raise self._break("the command server's channel closed (the sandbox died?)")
-        return chunk
+            self._send(data)
+        except OSError as e:  # TimeoutError included: a partly sent request breaks the channel
+            raise self._break(f"{why}: {e or type(e).__name__}") from e
 
     def _break(self, why: str) -> SandboxError:
         self._broken = why
@@ -358,11 +396,8 @@ class ShellChannel:
     # ---------------------------------------------------------------- protocol
     def handshake(self, timeout: float) -> None:
         """Send the server script to the loader and wait until it is ready."""
-        self._set_timeout(timeout)
-        try:
-            self._send(SERVER_SCRIPT.encode())
-        except OSError as e:
-            raise self._break(f"cannot send the server script: {e}") from e
+        self._wait(timeout, f"{timeout:g} s of starting")
+        self._send_all(SERVER_SCRIPT.encode(), "cannot send the server script")
         while True:
             line = self._in.line()
             if line.startswith(b"SWERL-READY"):
@@ -371,17 +406,16 @@ class ShellChannel:
                 self.server_dir = fields[2].decode() if len(fields) > 2 else None
                 return
 
-    def _request(self, header: str, payload: bytes, wait: float | None) -> Reply:
+    def _request(self, header: str, payload: bytes, wait: float | None, what: str) -> Reply:
         if self._broken:
             raise SandboxError(f"{self.describe}: channel unusable: {self._broken}")
         with self._lock:
             self._ids += 1
             rid = self._ids
-            self._set_timeout(wait)
-            try:
-                self._send(f"{header.format(id=rid)}\n".encode() + payload)
-            except OSError as e:
-                raise self._break(f"cannot send to the command server: {e}") from e
+            self._wait(wait, what)
+            self._send_all(
+                f"{header.format(id=rid)}\n".encode() + payload, "cannot send to the command server"
+            )
             fields = self._in.line().split()
             if len(fields) != 7 or fields[0] != b"R" or int(fields[1]) != rid:
                 raise self._break(f"protocol error: unexpected reply {fields[:7]!r}")
@@ -404,8 +438,11 @@ class ShellChannel:
         start = time.monotonic()
         # The server enforces the timeout; the client waits longer before it
         # declares the channel dead.
-        wait = timeout + 30.0 if timeout else None
-        reply = self._request(header, cwd_b + cmd + env_b, wait)
+        if timeout:
+            wait, what = timeout + self.grace, f"the command's {timeout:g} s timeout + {self.grace:g} s"
+        else:
+            wait, what = None, "(no timeout)"
+        reply = self._request(header, cwd_b + cmd + env_b, wait, what)
         return ExecResult(
             raw=reply.body(),
             returncode=reply.returncode,
@@ -418,7 +455,7 @@ class ShellChannel:
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         p = path.encode()
-        reply = self._request(f"W {{id}} {len(p)} {len(data)} {mode:o} 0", p + data, 300.0)
+        reply = self._request(f"W {{id}} {len(p)} {len(data)} {mode:o} 0", p + data, 300.0, "300 s")
         if reply.returncode:
             raise OSError(
                 f"cannot write {path} in {self.describe}: {reply.body().decode(errors='replace').strip()}"
@@ -426,7 +463,7 @@ class ShellChannel:
 
     def read_file(self, path: str) -> bytes:
         p = path.encode()
-        reply = self._request(f"F {{id}} {len(p)} 0 0 0", p, 300.0)
+        reply = self._request(f"F {{id}} {len(p)} 0 0 0", p, 300.0, "300 s")
         if reply.returncode:
             raise FileNotFoundError(
                 f"{path} in {self.describe}: {reply.body().decode(errors='replace').strip()}"

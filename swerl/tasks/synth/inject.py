@@ -64,6 +64,8 @@ class InjectStats:
     probe_seconds: float = 0.0
     runs: int = 0
     """Test runs done by the probe (one mutant's tests once)."""
+    batch_failures: int = 0
+    """Probe sandboxes lost or past their deadline (a batch's mutants are then rerun one per sandbox)."""
 
 
 def job_base(repo: Repo, timeout: float) -> dict:
@@ -137,31 +139,40 @@ def candidates(
     timeout = max(10.0, min(max_test_seconds, 20 * base.seconds))
 
     def probe(items: list[dict], runs: int) -> dict[str, list[dict]]:
-        """id -> runs; in-process first, the file-based path for mutants that cannot be swapped in."""
+        """id -> runs; in-process first, the file-based path for mutants that cannot be swapped in.
+
+        A batch whose sandbox failed (lost container, deadline) is run again one mutant
+        per sandbox, so a lost container or a mutant that breaks the probe costs that
+        one candidate, not its batch.
+        """
         out: dict[str, list[dict]] = {}
+
+        def job(part: list[dict], inproc: bool) -> tuple[str, dict, float]:
+            body = {**job_base(repo, timeout), "kind": "mutants", "mutants": [dict(it, runs=runs) for it in part],
+                    "inproc": inproc, "files": repo.tests}  # fmt: skip
+            return image, body, (timeout + 5) * runs * len(part) + 300
+
         for inproc in (True, False):
             todo = [it for it in items if it["id"] not in out]
-            jobs = []
-            for i in range(0, len(todo), chunk):
-                part = [dict(it, runs=runs) for it in todo[i : i + chunk]]
-                job = {
-                    **job_base(repo, timeout),
-                    "kind": "mutants",
-                    "mutants": part,
-                    "inproc": inproc,
-                    "files": repo.tests,
-                }
-                jobs.append((image, job, (timeout + 5) * runs * len(part) + 300))
-            for _, res in run_jobs(jobs, workers, use_ray):
-                if isinstance(res, Exception):
-                    log.warning("probe batch failed: %s", res)
-                    continue
-                for r in res:
-                    stats.runs += len(r["runs"])
-                    if not (inproc and r["runs"][0]["status"] == "noswap"):
-                        out[r["id"]] = r["runs"]
-                    else:
-                        stats.rejected["swapped_by_file"] += 1
+            for size in (chunk, 1):
+                failed: list[dict] = []
+
+                parts = [todo[i : i + size] for i in range(0, len(todo), size)]
+                for n, res in run_jobs([job(p, inproc) for p in parts], workers, use_ray):
+                    if isinstance(res, Exception):
+                        log.warning("probe batch of %d failed: %s", len(parts[n]), res)
+                        stats.batch_failures += 1
+                        failed += parts[n] if size > 1 else []
+                        continue
+                    for r in res:
+                        stats.runs += len(r["runs"])
+                        if not (inproc and r["runs"][0]["status"] == "noswap"):
+                            out[r["id"]] = r["runs"]
+                        else:
+                            stats.rejected["swapped_by_file"] += 1
+                todo = failed
+                if not todo:
+                    break
         for it in items:
             if it["id"] not in out:
                 stats.rejected["infra"] += 1

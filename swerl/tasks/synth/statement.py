@@ -10,15 +10,31 @@ diff's changed lines and falls back to the template when it leaks them.
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from swerl.errors import ConfigError
 
 
+@dataclass
+class Statement:
+    """A problem statement and how it was written (recorded in the task's ``synth.statement``)."""
+
+    text: str
+    mode: str
+    """``template`` or ``model``."""
+    model: str = ""
+    fallback: str = ""
+    """Why a model's statement was not used (unreachable, empty, quoted the fix); empty when it was."""
+
+    def record(self) -> dict[str, str]:
+        return {k: v for k, v in asdict(self).items() if k != "text" and v}
+
+
 class Writer(Protocol):
-    def write(self, inst: Any, cand: Any) -> str: ...
+    def write(self, inst: Any, cand: Any) -> Statement: ...
 
 
 def _evidence(inst: Any, cand: Any, limit: int = 5) -> list[tuple[str, str]]:
@@ -34,7 +50,10 @@ def _evidence(inst: Any, cand: Any, limit: int = 5) -> list[tuple[str, str]]:
 class TemplateWriter:
     """The default: deterministic, no network."""
 
-    def write(self, inst: Any, cand: Any) -> str:
+    def write(self, inst: Any, cand: Any) -> Statement:
+        return Statement(self.text(inst, cand), "template")
+
+    def text(self, inst: Any, cand: Any) -> str:
         name = inst.repo.split("/")[-1]
         if getattr(cand, "message", "") and getattr(cand, "mutant", None) is None:
             head = cand.message.strip().splitlines()[0]
@@ -63,18 +82,15 @@ class ModelWriter:
     timeout: float = 120.0
     max_tokens: int = 400
 
-    def write(self, inst: Any, cand: Any) -> str:
-        evidence = "\n".join(f"- {t}: {e}" for t, e in _evidence(inst, cand))
-        prompt = (
-            "Write a short GitHub issue, as a user of the library would, about the bug that the "
-            "following failing tests reveal. Describe the wrong behaviour; do not name the fix, the "
-            f"changed line or the file.\n\nRepository: {inst.repo}\nFailing tests:\n{evidence}\n\n"
-            f"The fix (for your understanding only, never quote it):\n{inst.patch[:3000]}"
-        )
+    def check(self) -> None:
+        """Refuse up front when the server does not answer (one request), not task by task."""
+        self.complete("Reply with the word ready.", max_tokens=4)
+
+    def complete(self, prompt: str, max_tokens: int | None = None) -> str:
         body = {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": self.max_tokens,
+            "max_tokens": max_tokens or self.max_tokens,
         }
         req = urllib.request.Request(
             self.base_url.rstrip("/") + "/chat/completions",
@@ -87,14 +103,32 @@ class ModelWriter:
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
                 reply = json.loads(r.read())
-            text = reply["choices"][0]["message"]["content"] or ""
-        except (OSError, KeyError, ValueError) as e:
+            return reply["choices"][0]["message"]["content"] or ""
+        except (OSError, KeyError, IndexError, TypeError, ValueError) as e:
             raise ConfigError(f"problem-statement model at {self.base_url} failed: {e}") from e
+
+    def write(self, inst: Any, cand: Any) -> Statement:
+        """The model's issue; the template (with the reason recorded) when the call fails, or the reply is empty or quotes the fix."""
+        evidence = "\n".join(f"- {t}: {e}" for t, e in _evidence(inst, cand))
+        prompt = (
+            "Write a short GitHub issue, as a user of the library would, about the bug that the "
+            "following failing tests reveal. Describe the wrong behaviour; do not name the fix, the "
+            f"changed line or the file.\n\nRepository: {inst.repo}\nFailing tests:\n{evidence}\n\n"
+            f"The fix (for your understanding only, never quote it):\n{inst.patch[:3000]}"
+        )
+        template = TemplateWriter().text(inst, cand)
+        try:
+            text = self.complete(prompt)
+        except ConfigError as e:
+            return Statement(template, "template", self.model, f"model failed: {e}"[:300])
+        text = re.sub(r"<think>.*?(</think>|$)", "", text, flags=re.S).strip()  # reasoning models
         added = [
             ln[1:].strip()
             for ln in inst.patch.splitlines()
             if ln.startswith("+") and not ln.startswith("+++")
         ]
-        if not text.strip() or any(a and len(a) > 8 and a in text for a in added):
-            return TemplateWriter().write(inst, cand)  # empty, or it quotes the fix
-        return text.strip() + "\n"
+        if not text:
+            return Statement(template, "template", self.model, "model reply empty")
+        if any(a and len(a) > 8 and a in text for a in added):
+            return Statement(template, "template", self.model, "model reply quoted the fix")
+        return Statement(text + "\n", "model", self.model)

@@ -66,8 +66,12 @@ def instance_id(repo: Repo, c: Candidate) -> str:
     return f"{repo.slug}.mined.{c.base_commit[:10]}".lower()
 
 
-def to_instance(c: Candidate, writer: Writer) -> Instance:
-    """The SWE-bench record of a candidate (commits it needs are created in the repo)."""
+def to_instance(c: Candidate, writer: Writer | None) -> Instance:
+    """The SWE-bench record of a candidate (commits it needs are created in the repo).
+
+    ``writer=None`` leaves the problem statement to :func:`write_statement` (written
+    only for the tasks that pass validation: a model call per rejected one is waste).
+    """
     repo = c.repo
     iid = instance_id(repo, c)
     if c.mutant is not None:
@@ -106,8 +110,16 @@ def to_instance(c: Candidate, writer: Writer) -> Instance:
         eval_script=eval_script,
         extra={"synth": meta},
     )
-    inst.problem_statement = writer.write(inst, c)
+    if writer is not None:
+        write_statement(inst, c, writer)
     return inst
+
+
+def write_statement(inst: Instance, c: Candidate, writer: Writer) -> None:
+    """Set the problem statement and record how it was written (``synth.statement``: mode, model, fallback)."""
+    st = writer.write(inst, c)
+    inst.problem_statement = st.text
+    inst.extra["synth"]["statement"] = st.record()
 
 
 def write_bundle(repo: Repo, out: Path) -> Path:
