@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -62,23 +63,49 @@ def tasks(suite, task_images):
     return suite
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The modules that use the shared Ray run last, one after another (each in its own
+    order): it starts once for all of them, and no other module finds a Ray already up."""
+    ray_modules = {getattr(it, "module", None) for it in items if "ray_session" in it.fixturenames}
+    ray_modules.discard(None)
+    items[:] = [it for it in items if getattr(it, "module", None) not in ray_modules] + [
+        it for it in items if getattr(it, "module", None) in ray_modules
+    ]
+
+
+@pytest.fixture(scope="session")
+def _ray_at_exit():
+    """Ends the tests' Ray once, after the last module that used it."""
+    import ray
+
+    yield
+    ray.shutdown()
+
+
 @pytest.fixture(scope="module")
-def ray_session():
-    """A real local Ray per test module. Workers import the policies the tests define
-    (tests/ on their path) and see a driver-side secret that must never reach a sandbox."""
+def ray_session(_ray_at_exit):
+    """A real local Ray, shared by the modules that ask for it (a start costs 15-30 s of CI
+    on two cores). Workers import the policies the tests define (tests/ on their path) and
+    see a driver-side secret that must never reach a sandbox."""
     import ray
 
     tests_dir = os.path.dirname(__file__)
     path = os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))
-    if ray.is_initialized():  # a Ray an earlier module's code joined (ensure_ray): start from ours
-        ray.shutdown()
-    ray.init(
-        num_cpus=8,
-        include_dashboard=False,
-        runtime_env={"env_vars": {"PYTHONPATH": path, "OPENAI_API_KEY": "sk-driver-secret"}},
-    )
+    env_vars = {"PYTHONPATH": path, "OPENAI_API_KEY": "sk-driver-secret"}
+    ours = ray.is_initialized() and ray.get_runtime_context().runtime_env.get("env_vars") == env_vars
+    if not ours:
+        if ray.is_initialized():  # a Ray an earlier module's code joined (ensure_ray): start from ours
+            ray.shutdown()
+        ray.init(num_cpus=8, include_dashboard=False, runtime_env={"env_vars": env_vars})
     yield
-    ray.shutdown()
+    # What this module left holding resources (an actor a failed test never closed) must not
+    # reach the next module: then the next one starts a Ray of its own.
+    deadline = time.monotonic() + 10
+    while ray.is_initialized() and ray.available_resources().get("CPU", 0) < 8:
+        if time.monotonic() > deadline:
+            ray.shutdown()
+            break
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")

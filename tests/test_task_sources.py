@@ -296,6 +296,11 @@ def test_cli_source_flag_and_errors(tmp_path):
     ]
     r = _cli("tasks", "list", str(_jsonl(tmp_path, "pro.jsonl", PRO)))
     assert r.returncode == 2 and "pro.jsonl:1: missing field 'eval_script'" in r.stderr
+    r2e = _jsonl(tmp_path, "r2e.jsonl", {**R2E, **SWEB_EVAL})
+    r = _cli("tasks", "list", str(r2e), "--json")
+    assert r.returncode == 2 and "field 'expected_output_json' is not honoured" in r.stderr
+    r = _cli("tasks", "list", str(r2e), "--accept-deviation", "expected_output_json", "--json")
+    assert r.returncode == 0, r.stderr
     r = _cli(
         "tasks", "export", "swerl-mini", "--task", "swerl__textkit-1", "--out", str(tmp_path / "h"), "--json"
     )

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
     }
     if args.harness_sample and report.validated:
-        data["harness"] = harness_sample(load_instances(Path(args.out) / "tasks.jsonl"), args.harness_sample)
+        data["harness"] = harness_sample(load_tasks(Path(args.out) / "tasks.jsonl"), args.harness_sample)
     if data["probe_seconds_per_run"] and data["fresh_container_seconds_per_run"]:
         data["ratio_fresh_over_probe"] = round(
             data["fresh_container_seconds_per_run"] / data["probe_seconds_per_run"], 1

@@ -19,7 +19,10 @@ import hashlib
 import hmac
 import json
 import os
+import re
+import select
 import sys
+import time
 
 CONFIG_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 SECTIONS = {
@@ -32,7 +35,20 @@ WATCHED = ("pytest", "_pytest", "pluggy")
 
 
 class Channel:
-    """Append-only records, each MAC chained to the one before (a dropped or forged line breaks it)."""
+    """The test process's side: plain records on a pipe to the supervisor, which alone holds
+    the key (the test process never has it: not in memory, environment, argv, files or
+    descriptors)."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def write(self, record):
+        os.write(self.fd, (json.dumps(record, sort_keys=True) + "\n").encode())
+
+
+class Signer:
+    """The supervisor's side: append-only records, each MAC chained to the one before (a
+    dropped or forged line breaks it)."""
 
     def __init__(self, fd, key):
         self.fd, self.key, self.mac, self.seq = fd, key, "", 0
@@ -56,21 +72,34 @@ def _mac(key, data):
 _DIGEST = getattr(hmac, "digest", None)
 
 
-def snapshot():
-    """Every function, class and method of pytest, _pytest and pluggy, by identity."""
+def snapshot(extra=()):
+    """Every function, class and method of pytest, _pytest and pluggy (and ``extra`` modules:
+    the runner's own), by identity; a function's body, defaults and closure by identity too
+    (assigning ``__code__`` keeps the function object)."""
     seen = {}
     for name, mod in list(sys.modules.items()):
-        if mod is None or name.split(".")[0] not in WATCHED:
+        if mod is None or (name.split(".")[0] not in WATCHED and name not in extra):
             continue
         seen[("module", name)] = mod
         for attr, value in list(vars(mod).items()):
             if callable(value) or isinstance(value, property):
                 seen[(name, attr)] = value
+                _body(seen, (name, attr), value)
             if isinstance(value, type) and getattr(value, "__module__", "") == name:
                 for cattr, cvalue in list(vars(value).items()):
                     if callable(cvalue) or isinstance(cvalue, (property, staticmethod, classmethod)):
                         seen[(name, attr, cattr)] = cvalue
+                        _body(seen, (name, attr, cattr), cvalue)
     return seen
+
+
+BODY = ("__code__", "__defaults__", "__kwdefaults__")
+
+
+def _body(seen, key, value):
+    fn = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+    if getattr(fn, "__code__", None) is not None:
+        seen[("body", *key)] = (fn, *(getattr(fn, a, None) for a in BODY))
 
 
 def _own(value):
@@ -96,9 +125,17 @@ def _watched_dirs():
     return out
 
 
-def changed_since(seen):
+def changed_since(seen, foreign=lambda value: "foreign"):
+    """What of ``seen`` was replaced since, by code ``foreign`` names (installed plugins patch
+    pytest too: hypothesis wraps ``FixtureFunctionMarker.__call__`` when pytest loads it)."""
     out = []
     for key, value in seen.items():
+        if key[0] == "body":
+            fn = value[0]
+            now = tuple(getattr(fn, a, None) for a in BODY)
+            if any(a is not b for a, b in zip(now, value[1:])) and foreign(fn):  # noqa: B905 (3.6 syntax)
+                out.append(".".join(key[1:]) + " (its body)")
+            continue
         if key[0] == "module":
             now = sys.modules.get(key[1])
         elif len(key) == 2:
@@ -106,9 +143,15 @@ def changed_since(seen):
         else:
             cls = vars(sys.modules.get(key[0], object)).get(key[1])
             now = vars(cls).get(key[2]) if isinstance(cls, type) else None
-        if now is not value and (key[0] == "module" or not _own(now)):
+        if now is not value and (key[0] == "module" or not (_own(now) or not foreign(_unwrap(now)))):
             out.append(".".join(key[1:]) if key[0] == "module" else ".".join(key))
     return sorted(out)
+
+
+def _unwrap(value):
+    if isinstance(value, (staticmethod, classmethod)):
+        return value.__func__
+    return value.fget if isinstance(value, property) else value
 
 
 def code_file(fn):
@@ -122,19 +165,44 @@ class Reporter:
     def __init__(self, channel, seen, changed, root):
         self.channel, self.seen, self.changed, self.root = channel, seen, changed, root
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
-        self.startup, self.startup_ids = [], set()
-        self.why_file = {}  # code file name -> _foreign's answer (one realpath per file, not per test)
+        self.startup, self.startup_ids, self.results = [], set(), {}
+        self.started = time.time()
+        self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
 
     def _foreign(self, fn):
-        path = code_file(fn)
-        if path.startswith("<"):
-            return "generated code " + path
-        why = self.why_file.get(path)
-        if why is None:
+        return self._file_why(code_file(fn))
+
+    def _file_why(self, path):
+        """Why code from ``path`` is not the base's: generated, a file the change touched, or
+        one written (or re-timed) during the run ("" if none of these)."""
+        if not path or path.startswith("<"):
+            return "generated code " + (path or "(no file)")
+        if path not in self.where:
             full = os.path.realpath(os.path.join(self.root, path))
-            rel = os.path.relpath(full, self.root)
-            why = self.why_file[path] = "a file the change touched: " + rel if rel in self.changed else ""
-        return why
+            self.where[path] = (full, os.path.relpath(full, self.root))
+        full, rel = self.where[path]
+        if rel in self.changed:
+            return "a file the change touched: " + rel
+        try:
+            if os.stat(full).st_mtime > self.started:
+                return "a file written during the run: " + full
+        except OSError:
+            return "code from a file that does not exist: " + full
+        return ""
+
+    def _plugin_why(self, plugin):
+        """A plugin registered after start-up must be what a module loaded from a base file
+        defines: the module itself (a conftest, a ``pytest_plugins`` entry) or an instance of
+        a class it holds by that name (pytest's own Session, fixture manager, ...)."""
+        if isinstance(plugin, type(sys)):
+            mod, held = plugin, sys.modules.get(getattr(plugin, "__name__", "")) is plugin
+        else:
+            cls = type(plugin)
+            mod = sys.modules.get(getattr(cls, "__module__", ""))
+            held = mod is not None and vars(mod).get(cls.__name__) is cls
+        if not held:
+            return "an object no loaded module defines"
+        return self._file_why(getattr(mod, "__file__", "") or "")
 
     def pytest_configure(self, config):
         self.config = config
@@ -171,31 +239,177 @@ class Reporter:
             status = "ERROR"  # no call phase reported
         if status == "PASSED" and nodeid in self.raised:
             status = "FAILED"
-        self.channel.write({"test": nodeid, "status": status})
-        self.count += 1
+        self.results[nodeid] = status  # a rerun plugin's last attempt wins; written at the end
 
     def pytest_sessionfinish(self, session):
         self.check(session.config)
 
     def check(self, config):
-        changed = changed_since(self.seen)
+        changed = changed_since(self.seen, self._foreign)
         if changed:
             self.tampered.append("the test framework was modified during the run: " + ", ".join(changed[:8]))
         if config is None:
             return
         for name, impl in self.hookimpls(config):
             # Plugins loaded while pytest configured itself are the base's (builtins, entry
-            # points, initial conftests); one registered later from the change's code is not.
-            why = "" if id(impl.function) in self.startup_ids else self._foreign(impl.function)
+            # points, initial conftests); one registered later must come from a base file.
+            if id(impl.function) in self.startup_ids:
+                continue
+            why = self._foreign(impl.function) or self._plugin_why(impl.plugin)
             if why:
                 self.tampered.append(f"hook {name} registered by {why}")
 
     def close(self, exit_code):
         if not self.tampered:
             self.check(self.config)
+        guard = getattr(self, "guard", None)
+        self.tampered += guard.found[:8] if guard is not None else []
+        for nodeid, status in self.results.items():
+            self.channel.write({"test": nodeid, "status": status})
         self.channel.write(
-            {"end": True, "exit": int(exit_code), "tests": self.count, "tampered": sorted(set(self.tampered))}
+            {
+                "end": True,
+                "exit": int(exit_code),
+                "tests": len(self.results),
+                "tampered": sorted(set(self.tampered)),
+            }
         )
+
+
+class Guard:
+    """An audit hook (Python 3.8+; it cannot be removed once added): the operations that reach
+    the runner's and the framework's objects, rewrite code in place, or write what the run
+    reads as its own, when the change's code asks for them (a frame of a changed file, or of
+    code the change compiled, is on the stack). Recorded, never blocked."""
+
+    REACH = {
+        "gc.get_objects": "reached every object (gc.get_objects)",
+        "gc.get_referrers": "reached objects through gc.get_referrers",
+        "gc.get_referents": "reached objects through gc.get_referents",
+        "sys._current_frames": "reached other threads' frames",
+        "sys.setprofile": "installed a profile hook",
+        "sys.settrace": "installed a trace hook",
+    }
+
+    def __init__(self, root, changed, protected, started):
+        self.root, self.protected, self.started = root, protected, started
+        self.code_dirs = {root} | {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
+        self.changed = {os.path.realpath(os.path.join(root, p)) for p in changed}
+        self.tainted, self.found, self.busy, self.cache = set(), [], False, {}
+
+    def _ours(self, filename):
+        hit = self.cache.get(filename)
+        if hit is None:
+            hit = filename in self.tainted or (
+                not filename.startswith("<")
+                and os.path.realpath(os.path.join(self.root, filename)) in self.changed
+            )
+            self.cache[filename] = hit
+        return hit
+
+    def culprit(self, importing=False):
+        """The changed (or change-compiled) file with a frame on the stack ("" if none). With
+        ``importing``, "" also when the import system's own ``get_code`` is between: it caches
+        the bytecode of a module the change imports (the cache holds the module's real text)."""
+        f = sys._getframe(1)
+        while f is not None:
+            code = f.f_code
+            if importing and code.co_name == "get_code" and code.co_filename.startswith("<frozen importlib"):
+                return ""
+            if self._ours(code.co_filename):
+                return code.co_filename
+            f = f.f_back
+        return ""
+
+    def __call__(self, event, args):
+        if self.busy or not (
+            event in self.REACH
+            or event
+            in (
+                "object.__setattr__",
+                "compile",
+                "code.__new__",
+                "open",
+                "os.rename",
+                "os.remove",
+                "os.truncate",
+                "os.symlink",
+                "os.link",
+            )
+        ):
+            return
+        self.busy = True
+        try:
+            self._check(event, args)
+        except Exception:
+            pass
+        finally:
+            self.busy = False
+
+    def _check(self, event, args):
+        if event == "open":
+            path, mode, flags = args[0], args[1] or "", args[2] or 0
+            writes = any(c in str(mode) for c in "wax+") or (flags & (os.O_WRONLY | os.O_RDWR))
+            if not writes or not self._protected(path):
+                return
+            what = "wrote " + str(path)
+        elif event in ("os.rename", "os.link", "os.symlink"):
+            if not any(self._protected(p) for p in args[:2]):
+                return
+            what = "moved or linked onto " + str(args[1])
+        elif event in ("os.remove", "os.truncate"):
+            if not self._protected(args[0]):
+                return
+            what = "removed or truncated " + str(args[0])
+        elif event == "object.__setattr__":
+            if args[1] not in ("__code__", "__defaults__", "__kwdefaults__", "__globals__"):
+                return
+            what = "replaced the " + args[1] + " of " + str(getattr(args[0], "__qualname__", args[0]))
+        elif event in ("compile", "code.__new__"):
+            filename = args[1]
+            if not isinstance(filename, str) or filename.startswith("<"):
+                return
+            who = self.culprit()
+            if who and not (event == "compile" and self._same_source(filename, args[0])):
+                self.tainted.add(filename)
+                self.cache.pop(filename, None)
+                self.found.append(
+                    "the change's code (" + who + ") made code under another file's name: " + filename
+                )
+            return
+        else:
+            what = self.REACH[event]
+        who = self.culprit(importing=event in ("open", "os.rename"))
+        if who:
+            self.found.append("the change's code (" + who + ") " + what)
+
+    def _protected(self, path):
+        try:
+            full = os.path.realpath(os.fspath(path) if not isinstance(path, int) else "")
+        except (TypeError, ValueError):
+            return False
+        if not full or full in self.changed:
+            return False
+        if any(full == p or full.startswith(p + os.sep) for p in self.protected):
+            return True
+        # Python code or configuration the interpreter or pytest reads, where they read it
+        if full.endswith((".py", ".pyc", ".pth", ".ini", ".cfg", ".toml")):
+            return any(full.startswith(d + os.sep) for d in self.code_dirs)
+        return False
+
+    def _same_source(self, filename, source):
+        """A compile of a file's own text (an import) is not a forgery; anything else under an
+        existing file's name is (a name no file has is left to the checks of hooks and tests,
+        which refuse code from a missing file)."""
+        full = os.path.realpath(os.path.join(self.root, filename))
+        try:
+            with open(full, "rb") as f:
+                text = f.read()
+        except OSError:
+            return True
+        if not isinstance(source, (bytes, str)):
+            return False
+        return text == (source if isinstance(source, bytes) else source.encode("utf-8"))
 
 
 def _wrap_call(reporter):
@@ -207,6 +421,9 @@ def _wrap_call(reporter):
             why = reporter._foreign(item.obj)
         except Exception:  # items without a Python function (doctests, other plugins' items)
             why = ""
+        if "runtest" in getattr(item, "__dict__", {}):  # pytest never sets it; the class's is watched
+            why = why or "a runtest set on the item itself"
+        why = why or _renamed(item)
         outcome = yield
         if outcome.excinfo is not None or why:
             reporter.raised.add(item.nodeid)
@@ -214,6 +431,28 @@ def _wrap_call(reporter):
             reporter.tampered.append(f"test {item.nodeid} was replaced by {why}")
 
     return pytest_runtest_call
+
+
+def _renamed(item):
+    """A test the file defines with ``def NAME`` but whose collected function is another one
+    (a sibling bound to its name; an alias like ``test_b = test_a`` has no ``def`` and passes)."""
+    name = getattr(item, "originalname", None) or getattr(item, "name", "")
+    fn = getattr(item, "obj", None)
+    fn = getattr(fn, "__func__", fn)
+    while getattr(fn, "__wrapped__", None) is not None:
+        fn = fn.__wrapped__
+    code = getattr(fn, "__code__", None)
+    path = str(getattr(item, "fspath", "") or "")
+    if code is None or code.co_name == name or not path.endswith(".py"):
+        return ""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return ""
+    if re.search(r"^[ \t]*(async[ \t]+)?def[ \t]+" + re.escape(name) + r"[ \t]*\(", text, re.M):
+        return "another function (" + code.co_name + ") bound to its name"
+    return ""
 
 
 def pinned(args, mirror, cwd):
@@ -270,16 +509,78 @@ def base_plugins():
     return sorted(names)
 
 
+def supervise(pipe, pid, verdict, key):
+    """The parent: the only holder of the key. It signs what the test process reports, and
+    closes the verdict only if that process reported its end and then exited with the code
+    it reported."""
+    signer = Signer(os.open(verdict, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), key)
+    buf, end, started, status, bad, tests = b"", None, False, None, [], set()
+    while True:
+        ready = select.select([pipe], [], [], 0.2)[0]
+        chunk = os.read(pipe, 65536) if ready else b""
+        buf += chunk
+        lines = buf.split(b"\n")
+        buf = lines.pop()
+        for line in lines:
+            try:
+                rec = json.loads(line.decode())
+            except ValueError:
+                rec = None
+            if not isinstance(rec, dict) or end is not None or (rec.get("start") and started):
+                bad.append("the runner's pipe carried a line that is not the runner's record")
+            elif rec.get("end"):
+                end = rec
+            elif rec.get("test") in tests:  # the runner writes each test once, at the end
+                bad.append("two records for one test on the runner's pipe")
+            elif rec.get("start") or started:
+                signer.write(rec)
+                started = True
+                tests.add(rec.get("test"))
+        if ready and not chunk:  # every writer closed the pipe
+            break
+        if status is None:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            status = status if done else None
+        elif not ready:  # the test process is gone and nothing is left to read
+            break
+    if status is None:
+        status = os.waitpid(pid, 0)[1]
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    if started and bad:
+        signer.write({"end": True, "exit": code, "tests": 0, "tampered": sorted(set(bad))})
+    elif started and end is not None and end.get("exit") == code:
+        signer.write(end)
+    return code
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     mode, args = sys.argv[1], sys.argv[2:]
     os.environ.pop("PYTHONSAFEPATH", None)  # safe-path (3.11+) for this process, not the tests' own
     cwd = os.getcwd()
-    key_file = os.path.join(here, "key")
-    with open(key_file, "rb") as f:
-        key = f.read().strip()
-    os.unlink(key_file)
-    fd = os.open(os.path.join(here, "verdict"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    # The key never enters the test process: the parent reads (and unlinks) it only after
+    # forking, and lets the child go on once it is gone from the disk.
+    pipe_r, pipe_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(pipe_w)
+        os.close(go_r)
+        _not_dumpable()
+        key = None
+        try:
+            key = _take_key(os.path.join(here, "key"))
+        finally:
+            os.write(go_w, b"1" if key else b"0")
+            os.close(go_w)
+        sys.exit(
+            supervise(pipe_r, pid, os.path.join(here, "verdict"), key) if key else os.waitpid(pid, 0) and 3
+        )
+    os.close(pipe_r)
+    os.close(go_w)
+    if os.read(go_r, 1) != b"1":
+        os._exit(3)
+    os.close(go_r)
     with open(os.path.join(here, "changed.json"), encoding="utf-8") as f:
         changed = set(json.load(f))
     # Nothing of the repository or of this directory is importable while pytest starts;
@@ -297,17 +598,47 @@ def main():
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         for name in plugins:
             extra += ["-p", name]
-    seen = snapshot()
+    seen = snapshot(extra=(__name__,))
     if mode == "module":  # `python -m pytest` puts the working directory first
         sys.path.insert(0, cwd)
-    reporter = Reporter(Channel(fd, key), seen, changed, cwd)
+    reporter = Reporter(Channel(pipe_w), seen, changed, cwd)
     reporter.pytest_runtest_call = _wrap_call(reporter)
-    channel = reporter.channel
-    channel.write({"start": True, "plugins": plugins or [], "pytest": pytest.__version__})
+    marker = os.path.join(here, "started")  # the file system's own clock (coarser than time())
+    open(marker, "w").close()
+    reporter.started = os.stat(marker).st_mtime
+    tests = [os.path.realpath(os.path.join(cwd, a.split("::")[0])) for a in args if not a.startswith("-")]
+    guard = Guard(cwd, changed, [here] + [t for t in tests if os.path.isfile(t)], reporter.started)
+    reporter.guard = guard
+    if hasattr(sys, "addaudithook"):
+        sys.addaudithook(guard)
+    reporter.channel.write({"start": True, "plugins": plugins or [], "pytest": pytest.__version__})
     code = pytest.main(extra + pinned(args, os.path.join(here, "base"), cwd), plugins=[reporter])
     reporter.close(int(code))
     sys.stdout.flush()
     sys.exit(int(code))
+
+
+def _take_key(path):
+    """Read and unlink the key ("" if there is none): done by the parent after the fork and
+    before the child goes on, so no copy of it is ever in the test process."""
+    try:
+        with open(path, "rb") as f:
+            key = f.read().strip()
+        os.unlink(path)
+    except OSError:
+        return b""
+    return key
+
+
+def _not_dumpable():
+    """Keep the test process (same user) out of the parent's memory: with the parent not
+    dumpable, /proc/PID/mem and ptrace need CAP_SYS_PTRACE, which containers lack by default."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except Exception:
+        pass
 
 
 if __name__ == "__main__":

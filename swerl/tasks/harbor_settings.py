@@ -64,7 +64,7 @@ def sandbox_config(
             '(sandbox.network is off): turn it on, or set network_mode = "no-network" in the task',
         )
     user = role_user(task, role)
-    field = f"{role}.user" if spec.get(f"{role}_user") else "agent.user"
+    field = f"{role}.user"
     if config.user not in ROOT and not same_user(config.user, user):
         raise ConfigError(
             f"{at}: the task's {role} runs as {user!r} ({field}) but the sandbox config's user is "

@@ -1,0 +1,198 @@
+"""The strict runner itself, on this machine's Python and pytest (no sandbox): where its key
+lives, and what the tested code's own process can no longer do unseen. The same runner runs
+in every strict grade of the adversarial suite (tests/test_integrity.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swerl.grading.channel import RUNNER_SOURCE, read_verdict
+
+TESTS = """from pkg import add
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    assert add(0, 0) == 0
+"""
+BUGGY = "def add(a, b):\n    return a - b\n"
+F2P, P2P = "tests/test_add.py::test_add", "tests/test_add.py::test_zero"
+
+
+def run_strict(tmp_path: Path, tail: str = "") -> tuple:
+    """A repo whose ``add`` is wrong, ``tail`` appended to the changed package; the runner run
+    as the eval script's ``python -m pytest`` would be. Returns (verdict, key, process)."""
+    repo, run = tmp_path / "repo", tmp_path / "run"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "pkg" / "__init__.py").write_text(BUGGY + tail)
+    (repo / "tests" / "test_add.py").write_text(TESTS)
+    (run / "base").mkdir(parents=True)
+    shutil.copy(RUNNER_SOURCE, run / "run.py")
+    key = secrets.token_hex(32)
+    (run / "key").write_text(key)
+    (run / "changed.json").write_text(json.dumps(["pkg/__init__.py"]))
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "SWERL_RUN_DIR": str(run)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-s",
+            str(run / "run.py"),
+            "module",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "tests/test_add.py",
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    raw = (run / "verdict").read_bytes() if (run / "verdict").exists() else None
+    assert not (run / "key").exists(), "the key file must be gone before the tests run"
+    return read_verdict(raw, key), key, proc
+
+
+def test_an_honest_run_is_signed_and_closed(tmp_path):
+    v, _, proc = run_strict(tmp_path)
+    assert (v.tests, v.sessions, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, 1, []), (
+        proc.stdout[-2000:]
+    )
+    assert proc.returncode == 1
+
+
+HUNT = """
+
+def _hunt():  # every place the key could be, from inside the test process
+    import os, re, stat
+    seen = set()
+    hexkey = re.compile(rb"[0-9a-f]{64}")
+    run = os.environ["SWERL_RUN_DIR"]
+    places = ["/proc/self/environ", "/proc/self/cmdline", "/proc/%d/environ" % os.getppid()]
+    places += [os.path.join(run, f) for f in os.listdir(run)]
+    places += ["/proc/self/fd/" + f for f in os.listdir("/proc/self/fd")]
+    for p in places:
+        try:
+            if p.startswith("/proc/self/fd/") and not stat.S_ISREG(os.stat(p).st_mode):
+                continue  # a pipe opened for reading would wait forever
+            with open(p, "rb") as f:
+                seen.update(hexkey.findall(f.read(1 << 20)))
+        except OSError:
+            pass
+    seen.update(hexkey.findall(repr(dict(os.environ)).encode() + repr(__import__("sys").argv).encode()))
+    try:
+        import gc
+        for o in gc.get_objects():
+            if isinstance(o, (bytes, str)) and len(o) == 64:
+                seen.add(o if isinstance(o, bytes) else o.encode())
+    except Exception:
+        pass
+    with open(os.path.join(run, "..", "found"), "wb") as f:
+        f.write(b"\\n".join(sorted(seen)))
+
+
+_hunt()
+"""
+
+
+def test_the_key_is_nowhere_in_the_test_process(tmp_path):
+    """Environment, argv, descriptors, the run directory and the process's own objects: the
+    key is in none of them (the parent reads it after forking). The parent's memory is
+    searched too by the suite's ``hunts-runner-key`` attacks, in a container without
+    CAP_SYS_PTRACE (this machine's root may have it)."""
+    v, key, proc = run_strict(tmp_path, HUNT)
+    found = (tmp_path / "found").read_bytes().split(b"\n")
+    assert len(found) >= 1 and key.encode() not in found, proc.stdout[-2000:]
+    assert any("gc.get_objects" in r for r in v.refused), v.refused  # and the search itself is seen
+
+
+PIPE_FORGE = """
+import json as _json, os as _os
+
+_add = add
+
+
+def add(a, b):  # a later test's call reports a pass for the failing one, on the runner's pipe
+    if (a, b) == (0, 0):
+        for fd in _os.listdir("/proc/self/fd"):
+            if int(fd) > 2 and _os.readlink("/proc/self/fd/" + fd).startswith("pipe:"):
+                line = _json.dumps({"test": "tests/test_add.py::test_add", "status": "PASSED"}) + "\\n"
+                _os.write(int(fd), line.encode())
+    return _add(a, b)
+"""
+
+
+@pytest.mark.parametrize(
+    ("tail", "reason"),
+    [
+        (
+            '\nimport gc\n_ = [o for o in gc.get_objects() if type(o).__name__ == "Config"]\n',
+            "gc.get_objects",
+        ),
+        ("\nimport sys\nsys.setprofile(None)\n", "profile hook"),
+        (PIPE_FORGE, "two records for one test"),
+        (
+            "\nimport _pytest.python as _p\n_p.pytest_pyfunc_call.__code__ = (lambda pyfuncitem: True).__code__\n",
+            "__code__",
+        ),
+        ('\nexec(compile("X = 1", __import__("os").__file__, "exec"))\n', "another file's name"),
+        (
+            '\nimport os, json\nfor _fd in os.listdir("/proc/self/fd"):\n'
+            '    if int(_fd) > 2 and os.readlink("/proc/self/fd/" + _fd).startswith("pipe:"):\n'
+            '        os.write(int(_fd), b"not a record\\n")\n',
+            "not the runner's record",
+        ),
+    ],
+    ids=["gc", "profile", "pipe-forge", "code-swap", "forged-filename", "pipe-garbage"],
+)
+def test_in_process_tampering_is_recorded(tmp_path, tail, reason):
+    v, _, proc = run_strict(tmp_path, tail)
+    assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+def test_a_test_process_that_exits_early_leaves_no_closing_record(tmp_path):
+    v, _, _ = run_strict(tmp_path, "\nimport os\nos._exit(0)\n")
+    assert v.closed == 0 and any("closing record" in r for r in v.refused), v.refused
+
+
+ORDINARY = """
+
+import dataclasses, inspect, logging, threading, warnings
+from collections import namedtuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    sep: str = "-"
+
+
+Pair = namedtuple("Pair", "a b")
+logging.getLogger(__name__).warning("loaded %s", Options())
+_t = threading.Thread(target=lambda: None)
+_t.start()
+_t.join()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    warnings.warn("old", DeprecationWarning, stacklevel=2)
+exec(compile("Z = 1", "<generated>", "exec"))
+inspect.stack()
+"""
+
+
+def test_ordinary_package_code_is_not_tampering(tmp_path):
+    v, _, proc = run_strict(tmp_path, ORDINARY)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
