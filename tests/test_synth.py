@@ -139,6 +139,10 @@ def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path,
         assert log == [injected.base_commit]
         mined = next(i for i in insts if i.extra["synth"]["method"] == "mine")
         assert grade(mined, mined.patch, sandbox_factory=docker_factory(300)).status.value == "resolved"
+        # strict grading (a rollout's default) too: the image's file modes are a checkout's, so
+        # rewriting a file is not read as a mode change and reverted
+        strict = grade(injected, injected.patch, sandbox_factory=docker_factory(300), mode="strict")
+        assert strict.status.value == "resolved", (strict.error, strict.integrity)
         ours = grade(injected, injected.patch, sandbox_factory=docker_factory(300)).status.value
         assert ours == official_grade(injected, injected.patch, docker_client, run_id) == "resolved"
         # empty: swerl and the harness both unresolved (the harness cannot grade an empty patch: a no-op one)

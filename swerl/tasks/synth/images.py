@@ -22,6 +22,11 @@ from swerl.errors import InfraError
 from swerl.tasks.images import TASK_RECIPE_LABEL, _image_exists, _recipe_of, _task_recipe, build_base_image
 from swerl.tasks.synth.repo import Repo, git
 
+UMASK = "0022"
+"""File modes as a checkout under the usual umask writes them (644/755), as the generic recipe's
+``git clone`` does; ``git archive``'s default (002: 664) differs from a file the agent rewrites,
+which strict grading reads as a mode change and reverts."""
+FILES_LABEL = "swerl.synth.files"
 REPO_DOCKERFILE = 'FROM {base}\nCOPY testbed /testbed\nWORKDIR /testbed\nCMD ["bash"]\n'
 
 
@@ -61,8 +66,9 @@ def _build(
 def _tree_files(repo_path: Path, commit: str, only: set[str] | None = None) -> list[tuple[str, bytes, int]]:
     """Files of ``commit`` as (testbed/path, bytes, mode), from ``git archive`` (ignored files never leak in)."""
     data = subprocess.run(
-        ["git", "archive", "--format=tar", commit], cwd=repo_path, capture_output=True, check=True
-    ).stdout
+        ["git", "-c", f"tar.umask={UMASK}", "archive", "--format=tar", commit],
+        cwd=repo_path, capture_output=True, check=True,
+    ).stdout  # fmt: skip
     out = []
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         for m in tar.getmembers():
@@ -75,7 +81,7 @@ def repo_image(repo: Repo, client: object, commit: str | None = None) -> str:
     """The repository's tree at ``commit`` (default: its head) on the base image, without .git."""
     base = build_base_image(client=client)
     commit = commit or repo.head
-    digest = hashlib.sha256(f"{base}\0{REPO_DOCKERFILE}\0{commit}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{base}\0{REPO_DOCKERFILE}\0{commit}\0{UMASK}".encode()).hexdigest()[:16]
     tag = f"swerl-synth.{repo.slug.lower()}:{digest}"
     if not _image_exists(client, tag):
         _build(
@@ -86,6 +92,15 @@ def repo_image(repo: Repo, client: object, commit: str | None = None) -> str:
             {"swerl.synth": repo.name, "swerl.synth.commit": commit},
         )
     return tag
+
+
+def _label(client: object, image: str, key: str) -> str | None:
+    import docker.errors
+
+    try:
+        return (client.images.get(image).labels or {}).get(key)  # type: ignore[attr-defined]
+    except docker.errors.ImageNotFound:
+        return None
 
 
 def _git_dir_files(repo_path: Path, commit: str) -> list[tuple[str, bytes | None, int]]:
@@ -118,7 +133,7 @@ def task_image(
     base = build_base_image(client=client)
     _, digest = _task_recipe(inst, base, bundle)
     name = inst.image  # type: ignore[attr-defined]
-    if _recipe_of(client, name) == digest:
+    if _recipe_of(client, name) == digest and _label(client, name, FILES_LABEL) == UMASK:
         return name
     commit = inst.base_commit  # type: ignore[attr-defined]
     changed = set(
@@ -129,5 +144,11 @@ def task_image(
     if deleted:  # a COPY layer cannot delete; such tasks take the generic recipe
         raise InfraError(f"{inst.instance_id}: files deleted against the repo image: {deleted[:3]}")  # type: ignore[attr-defined]
     dockerfile = f'FROM {repo_img}\nCOPY testbed /testbed\nWORKDIR /testbed\nCMD ["bash"]\n'
-    _build(client, dockerfile, files, name, {TASK_RECIPE_LABEL: digest, "swerl.instance": inst.instance_id})  # type: ignore[attr-defined]
+    _build(
+        client,
+        dockerfile,
+        files,
+        name,
+        {TASK_RECIPE_LABEL: digest, FILES_LABEL: UMASK, "swerl.instance": inst.instance_id},
+    )  # type: ignore[attr-defined]
     return name

@@ -254,6 +254,10 @@ def _synthesize_one(
             rr.error = f"baseline: {e}"[:500]
             base = None
         rr.seconds["baseline"] = time.monotonic() - t1
+        if base is not None and not base.stable:  # said, not silent: nothing to inject against
+            rr.error = (
+                f"baseline: no test passed in all runs ({base.flaky} flaky; {base.seconds:.0f} s per run)"
+            )
         if base is not None and base.stable:
             st = InjectStats()
             cands = candidates(repo, repo_img, base, per_function=per_function, max_candidates=max_candidates,
