@@ -611,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     from swerl.rayoutput import RayDumpFilter
 
     stdout, sys.stdout = sys.stdout, RayDumpFilter(sys.stdout)  # type: ignore[assignment]
+    ray_was_up = _ray_is_up()
     try:
         return args.func(args)
     except ConfigError as e:
@@ -627,7 +628,20 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     finally:
+        if not ray_was_up and _ray_is_up():
+            # Ray's error listener prints until Ray shuts down (at exit, if not here): a dead
+            # node's message arriving late must still meet the filter, so the command that
+            # joined Ray leaves it before the filter goes
+            import ray
+
+            ray.shutdown()
         sys.stdout = stdout
+
+
+def _ray_is_up() -> bool:
+    """Whether this process is connected to Ray, without importing it (seconds) if it is not."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 if __name__ == "__main__":
