@@ -340,7 +340,9 @@ def test(args: argparse.Namespace) -> int:
     os.chdir(ROOT)
     lint = sh(sys.executable, "-m", "ruff", "check", "swerl", "tests", check=False).returncode
     fmt = sh(sys.executable, "-m", "ruff", "format", "--check", "swerl", "tests", check=False).returncode
-    tests = sh(sys.executable, "-m", "pytest", "-q", "-ra", *args.rest, check=False).returncode
+    tests = sh(
+        sys.executable, "-m", "pytest", "-q", "-ra", "--durations=25", *args.rest, check=False
+    ).returncode
     if lint or fmt:
         say("lint or format check failed")
     return tests or lint or fmt
