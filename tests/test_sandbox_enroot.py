@@ -20,6 +20,7 @@ import time
 import uuid
 
 import pytest
+from grading_cheat import grades_gold_and_cheat
 from midcommand import fails_within
 
 from swerl.env import actions
@@ -534,43 +535,7 @@ def test_user_is_dockers_user(user, base_image, sandbox_config, enroot_double, d
 
 
 # ------------------------------------------------------------------ strict grading on enroot
-CHEAT_CONFTEST = [
-    "import pytest",
-    "",
-    "",
-    "@pytest.hookimpl(hookwrapper=True)",
-    "def pytest_runtest_makereport(item, call):",
-    "    outcome = yield",
-    '    outcome.get_result().outcome = "passed"',
-]
-CHEAT = "\n".join(
-    [
-        "diff --git a/conftest.py b/conftest.py",
-        "new file mode 100644",
-        "--- /dev/null",
-        "+++ b/conftest.py",
-        f"@@ -0,0 +1,{len(CHEAT_CONFTEST)} @@",
-        *(f"+{line}" for line in CHEAT_CONFTEST),
-        "",
-    ]
-)
-
-
 @pytest.mark.parametrize("mode", ["official", "strict"])
 def test_grading_in_fresh_enroot_sandboxes(mode, task, sandbox_config, enroot_double):
-    """Both grading paths run in enroot sandboxes: the gold patch resolves; a conftest that
-    reports every test passed fools the official harness, strict mode reverts it."""
-    from swerl.grading import grade
-
-    def factory(image):
-        return EnrootSandbox(image, sandbox_config)
-
-    gold = grade(task, task.patch, sandbox_factory=factory, mode=mode, retries=0)
-    assert gold.status.value == "resolved" and gold.reward == 1.0, gold
-    cheat = grade(task, CHEAT, sandbox_factory=factory, mode=mode, retries=0)
-    if mode == "official":
-        assert cheat.status.value == "resolved", cheat
-        return
-    assert not gold.integrity.reasons(), gold.integrity
-    assert cheat.status.value == "unresolved" and cheat.reward == 0.0, cheat
-    assert "conftest.py" in cheat.integrity.reverted, cheat.integrity
+    """Both grading paths run in enroot sandboxes (tests/grading_cheat.py)."""
+    grades_gold_and_cheat(task, lambda image: EnrootSandbox(image, sandbox_config), mode)
