@@ -222,18 +222,17 @@ def test_reaper_deletes_a_runs_pods_only(k8s, base_image, sandbox_config):
 
 # -------------------------------------------------------------------- grading
 @pytest.mark.slow
-def test_gold_patch_grades_resolved_in_a_fresh_pod(k8s, task_images, run_id):
-    from swerl.grading import grade
-    from swerl.grading.result import GradeStatus
+@pytest.mark.parametrize("mode", ["official", "strict"])
+def test_grading_in_fresh_pods(k8s, task_images, run_id, mode):
+    """Both grading paths run in pods (tests/grading_cheat.py)."""
+    from grading_cheat import grades_gold_and_cheat
+
     from swerl.tasks.sources import load_tasks
 
     instance = load_tasks("swerl-mini")[0]
-    result = grade(
-        instance,
-        instance.patch,
-        sandbox_factory=lambda image: make_sandbox("kubernetes", image, SandboxConfig(run_id=run_id)),
+    grades_gold_and_cheat(
+        instance, lambda image: make_sandbox("kubernetes", image, SandboxConfig(run_id=run_id)), mode
     )
-    assert result.status is GradeStatus.RESOLVED, result
 
 
 # ---------------------------------------------------------------------- timing

@@ -20,6 +20,7 @@ import time
 import uuid
 
 import pytest
+from grading_cheat import grades_gold_and_cheat
 from midcommand import fails_within
 
 from swerl.env import actions
@@ -531,3 +532,10 @@ def test_user_is_dockers_user(user, base_image, sandbox_config, enroot_double, d
         assert sb.execute(show).output == expected
     with pytest.raises(ConfigError, match="invalid user"):
         EnrootSandbox(base_image, cfg.replace(user="a b")).start()
+
+
+# ------------------------------------------------------------------ strict grading on enroot
+@pytest.mark.parametrize("mode", ["official", "strict"])
+def test_grading_in_fresh_enroot_sandboxes(mode, task, sandbox_config, enroot_double):
+    """Both grading paths run in enroot sandboxes (tests/grading_cheat.py)."""
+    grades_gold_and_cheat(task, lambda image: EnrootSandbox(image, sandbox_config), mode)

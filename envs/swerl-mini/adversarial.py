@@ -866,19 +866,35 @@ def _sib():
 
 _sib()
 """
-# a thread that waits for collection and makes each item's run a no-op (no hooks)
+# a thread that makes each collected item's run a no-op (no hooks); the package's functions
+# hold the first test that calls them until the thread is done, so it always wins the race:
+# once a test runs every item exists, and the failing test runs after the first one
 ITEM_THREAD = """
 
 def _it():
-    import gc, threading, time
+    import gc, threading
+
+    running, patched = threading.Event(), threading.Event()
 
     def loop():
-        for _ in range(400):
-            time.sleep(0.005)
-            for o in gc.get_objects():
-                if type(o).__name__ == "Function" and hasattr(o, "runtest") and "runtest" not in vars(o):
-                    o.runtest = lambda: None
+        running.wait()
+        for o in gc.get_objects():
+            if type(o).__name__ == "Function" and hasattr(o, "runtest") and "runtest" not in vars(o):
+                o.runtest = lambda: None
+        patched.set()
 
+    def held(fn):
+        def call(*a, **k):
+            running.set()
+            patched.wait(120)
+            return fn(*a, **k)
+
+        return call
+
+    g = globals()
+    for k, v in list(g.items()):
+        if callable(v) and getattr(v, "__module__", "").startswith(__name__ + "."):
+            g[k] = held(v)
     threading.Thread(target=loop, daemon=True).start()
 
 
@@ -908,28 +924,6 @@ def _dr():
 
 
 _dr()
-"""
-# a thread that binds a passing sibling to the failing test's name before collection
-SIBLING_THREAD = """
-
-def _st():
-    import sys, threading, time
-
-    def loop():
-        for _ in range(2000):
-            for m in list(sys.modules.values()):
-                g = getattr(m, "__dict__", {})
-                if str(g.get("__file__", "")).endswith("TESTFILE") and "NAME" in g:
-                    sib = [v for k, v in g.items() if k.startswith("test_") and k != "NAME" and callable(v)]
-                    if sib:
-                        g["NAME"] = sib[0]
-                        return
-            time.sleep(0.001)
-
-    threading.Thread(target=loop, daemon=True).start()
-
-
-_st()
 """
 # control: package code that makes code the ordinary ways (dataclass, namedtuple, exec of a
 # string), logs, warns, starts a thread and inspects the stack

@@ -6,7 +6,9 @@ Commits get fixed author/committer names and dates, so commit hashes are stable
 and the bundles reproducible. FAIL_TO_PASS / PASS_TO_PASS are never typed: each
 task image is built and the eval script is run without and with the gold patch;
 the lists are what swebench's log parser saw. ``--no-docker`` skips that step and
-keeps the lists already in tasks.jsonl.
+keeps the lists already in tasks.jsonl. ``--adversarial`` grades every adversarial patch
+and control again; ``--adversarial-changed`` only those whose patch is not the recorded one
+(the other records keep their verdicts byte for byte).
 """
 
 from __future__ import annotations
@@ -278,16 +280,25 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-docker", action="store_true", help="do not build images or run tests")
     ap.add_argument(
-        "--adversarial", action="store_true", help="keep the test lists; grade only the adversarial patches and controls"
+        "--adversarial",
+        action="store_true",
+        help="keep the test lists; grade only the adversarial patches and controls",
+    )
+    ap.add_argument(
+        "--adversarial-changed",
+        action="store_true",
+        help="like --adversarial, but grade only the patches that differ from the recorded ones",
     )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         records, wrong, adversarial = build_records(Path(tmp))
-    if args.no_docker or args.adversarial:  # keep what the last docker run recorded
+    if args.no_docker or args.adversarial or args.adversarial_changed:  # keep what was recorded
         old, old_wrong = read_jsonl(HERE / "tasks.jsonl"), read_jsonl(HERE / "wrong_patches.jsonl")
         old_adv = read_jsonl(HERE / "adversarial_patches.jsonl", key="name")
+        changed = [a for a in adversarial if old_adv.get(a["name"], {}).get("patch") != a["patch"]]
         for a in adversarial:
-            a.update({k: v for k, v in old_adv.get(a["name"], {}).items() if k not in a})
+            if not (args.adversarial_changed and a in changed):  # a new patch's old verdict is no verdict
+                a.update({k: v for k, v in old_adv.get(a["name"], {}).items() if k not in a})
         for r in records:
             r.update({k: old.get(r["instance_id"], {}).get(k, []) for k in ("FAIL_TO_PASS", "PASS_TO_PASS")})
         for w in wrong:
@@ -295,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             w.update({k: v for k, v in recorded.items() if k not in w})
         if args.adversarial:
             record_adversarial(records, adversarial)
+        elif args.adversarial_changed:
+            record_adversarial(records, changed)
     else:
         record_tests(records, wrong)
         record_adversarial(records, adversarial)

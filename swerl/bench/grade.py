@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, totals, own = [], {"swerl": 0.0, "strict": 0.0, "swebench": 0.0}, []
     timing_rows, tests_ours, tests_theirs, overheads = [], [], [], []
     mismatches = 0
+    pair_ratios: list[float] = []  # strict / official within each pair: what load shifts, both sides share
     cwd = os.getcwd()
     try:
         with tempfile.TemporaryDirectory(prefix="swerl-bench-") as tmp:
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         timings, t_tests = result.timings, own_test_time(result.log)
                 ours, t_ours = status["official"], took["official"]
+                pair_ratios.append(took["strict"] / took["official"])
                 t = time.perf_counter()
                 theirs = official_grade(inst, patch, client, f"{run_id}-{kind}")
                 t_theirs = time.perf_counter() - t
@@ -192,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
         print(watch.verdict("grade within 1.5x of the tests' own time", within))
         print(watch.verdict(">= 4x faster than run_instance", ratio >= 4 and not mismatches))
     extra = totals["strict"] / totals["swerl"] - 1 if totals["swerl"] else 0.0
+    if pair_ratios:
+        q = statistics.quantiles(pair_ratios, n=4) if len(pair_ratios) > 1 else [pair_ratios[0]] * 3
+        print(
+            "strict/official per pair (run back to back, order alternating): "
+            + ", ".join(f"{r - 1:+.1%}" for r in pair_ratios)
+            + f"; median {statistics.median(pair_ratios) - 1:+.1%}, quartiles {q[0] - 1:+.1%}..{q[2] - 1:+.1%}"
+        )
     print(
         f"strict mode: {totals['strict'] / n:.2f} s per grade against official's {totals['swerl'] / n:.2f} s "
         f"({extra:+.1%}); goal (< +10%): {'met' if extra < 0.10 else 'NOT met'}; its own steps "
