@@ -1,16 +1,16 @@
 """swerl: reinforcement learning on software-engineering tasks in real sandboxes."""
 
+from swerl._gymnasium_hook import SPECS as GYMNASIUM_IDS
+from swerl._gymnasium_hook import register as _register
+
 __version__ = "0.1.0"
 
-GYMNASIUM_IDS = {"swerl/SWE-v0": "swerl.env.swe_env:SWEEnv"}
-"""Gymnasium id -> entry point. ``_swerl_gymnasium.SPECS`` (the hook that registers them when
-Gymnasium is imported, without importing swerl) repeats them; a test holds the two equal."""
+__all__ = ["GYMNASIUM_IDS", "__version__"]
 
 try:  # bootstrap runs before dependencies are installed
-    from gymnasium.envs.registration import register, registry
+    import gymnasium
 except ImportError:  # pragma: no cover
     pass
 else:
-    for _id, _entry_point in GYMNASIUM_IDS.items():
-        if _id not in registry:
-            register(id=_id, entry_point=_entry_point)
+    _register(gymnasium)  # what the install's start-up hook does without ``import swerl``
+    del gymnasium

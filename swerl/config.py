@@ -64,6 +64,7 @@ EnvSection = section_of(
     **parameters_of(
         SWEEnv.__init__,
         "pool_size",
+        "grade_pool_size",
         "grade_retries",
         "grade_timeout",
         "grading",

@@ -149,6 +149,19 @@ def double_only():
         pytest.skip(f"injects failures through the enroot test double (${ENV_REAL} is set)")
 
 
+@pytest.fixture
+def hook_site(tmp_path):
+    """A site directory holding what an install puts at the top of site-packages for Gymnasium
+    (the hook's ``.pth`` and top-level module, as setup.py makes them); ``site.addsitedir`` it."""
+    from swerl._gymnasium_hook import site_files
+
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    for name, content in site_files().items():
+        (site_dir / name).write_bytes(content)
+    return site_dir
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """The locally built tiny chat model (tokenizer + 2-layer Qwen2), saved once per session."""

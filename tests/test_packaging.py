@@ -1,7 +1,7 @@
 """A built wheel, installed non-editable outside the checkout, carries and finds its configs and suite.
 
-The wheel is built for real (``pip wheel``) from a copy of what the repo tracks for a build,
-installed with ``--no-deps`` into a fresh venv that sees this machine's dependencies
+The wheel is built for real, as ``python -m build`` does: an sdist from a copy of what the repo
+tracks for a build, then ``pip wheel`` of that sdist; it is installed with ``--no-deps`` into a fresh venv that sees this machine's dependencies
 (``--system-site-packages``), and run from a directory with no ``configs/`` or ``envs/``.
 """
 
@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -20,8 +21,7 @@ import pytest
 import swerl
 
 ROOT = Path(swerl.__file__).resolve().parents[1]
-BUILD_INPUTS = ("swerl", "configs", "envs", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md",
-                "_swerl_gymnasium.py", "swerl-gymnasium.pth")  # fmt: skip
+BUILD_INPUTS = ("swerl", "configs", "envs", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
 
 pytestmark = pytest.mark.slow
 
@@ -43,8 +43,10 @@ def installed(tmp_path_factory) -> dict[str, Path]:
     for name in BUILD_INPUTS:
         p = ROOT / name
         (shutil.copytree(p, src / name, ignore=ignore) if p.is_dir() else shutil.copy2(p, src / name))
+    code = f"from setuptools.build_meta import build_sdist as b; print(b({str(tmp / 'sdist')!r}))"
+    sdist = tmp / "sdist" / _run([sys.executable, "-c", code], cwd=src).stdout.split()[-1]
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"),
-          str(src)], cwd=tmp)  # fmt: skip
+          str(sdist)], cwd=tmp)  # fmt: skip
     (wheel,) = (tmp / "dist").glob("swerl-*.whl")
     venv = tmp / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], cwd=tmp)
@@ -53,7 +55,7 @@ def installed(tmp_path_factory) -> dict[str, Path]:
           "--disable-pip-version-check", str(wheel)], cwd=tmp)  # fmt: skip
     outside = tmp / "elsewhere"
     outside.mkdir()
-    return {"wheel": wheel, "venv": venv, "cwd": outside, "src": src}
+    return {"wheel": wheel, "sdist": sdist, "venv": venv, "cwd": outside, "src": src}
 
 
 def test_wheel_carries_the_configs_and_the_bundled_suite(installed):
@@ -83,7 +85,12 @@ def test_installed_swerl_is_the_wheel_and_finds_its_data(installed):
 def test_an_install_registers_with_gymnasium_alone_and_uninstall_removes_the_hook(installed):
     """``gymnasium.make("swerl/SWE-v0")`` in a fresh interpreter that never imports swerl itself: the
     wheel's ``.pth`` (in site-packages) puts the hook in place; pip's RECORD lists it for uninstall.
-    An editable wheel (the quick start installs editable) carries it too."""
+    The sdist carries only the hook's source in ``swerl/`` (the build makes the top-level files), and
+    an editable wheel (the quick start installs editable) carries them too."""
+    with tarfile.open(installed["sdist"]) as sdist:
+        top = {Path(*Path(n).parts[1:2]).as_posix() for n in sdist.getnames() if len(Path(n).parts) > 1}
+        assert any(n.endswith("/swerl/_gymnasium_hook.py") for n in sdist.getnames())
+    assert not {"swerl-gymnasium.pth", "_swerl_gymnasium.py"} & top, top
     py, cwd = str(installed["venv"] / "bin" / "python"), installed["cwd"]
     code = ("import sys, gymnasium, _swerl_gymnasium as h; assert 'swerl' not in sys.modules;"
             "env = gymnasium.make('swerl/SWE-v0', tasks='swerl-mini');"
@@ -98,7 +105,8 @@ def test_an_install_registers_with_gymnasium_alone_and_uninstall_removes_the_hoo
     )
     name = _run([sys.executable, "-c", code], cwd=installed["src"]).stdout.split()[-1]
     names = zipfile.ZipFile(installed["src"] / "ed" / name).namelist()
-    assert "swerl-gymnasium.pth" in names and any(n.startswith("__editable__") for n in names)
+    assert {"swerl-gymnasium.pth", "_swerl_gymnasium.py"} <= set(names)
+    assert any(n.startswith("__editable__") for n in names)
 
 
 def test_installed_swerl_command_lists_the_bundled_suite(installed):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -90,17 +89,14 @@ def test_readme_never_installs_the_unrelated_swerl_from_the_index():
 
 
 @pytest.mark.parametrize("block", PYTHON, ids=[f"line{b.line}" for b in PYTHON])
-def test_python_block_runs(block, task_images, tmp_path):
+def test_python_block_runs(block, task_images, tmp_path, hook_site):
     if block.skip:
         pytest.skip(f"README line {block.line}: {block.skip}")
     script = tmp_path / "block.py"
     script.write_text(block.code)
     # as installed: `site` processes the hook's .pth, as from site-packages at interpreter start
     # (test_packaging checks that a wheel and an editable install put it there)
-    site_dir = tmp_path / "site"
-    site_dir.mkdir()
-    shutil.copy2(ROOT / "swerl-gymnasium.pth", site_dir)
-    run = f"import runpy, site; site.addsitedir({str(site_dir)!r}); runpy.run_path({str(script)!r}, run_name='__main__')"
+    run = f"import runpy, site; site.addsitedir({str(hook_site)!r}); runpy.run_path({str(script)!r}, run_name='__main__')"
     r = subprocess.run([sys.executable, "-c", run], cwd=tmp_path, env=_env(), capture_output=True,
                        text=True, timeout=600)  # fmt: skip
     assert r.returncode == 0, f"README line {block.line} failed:\n{r.stdout[-3000:]}\n{r.stderr[-4000:]}"

@@ -11,7 +11,6 @@ import io
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from swerl import GYMNASIUM_IDS
 from swerl.sandbox.base import RUN_LABEL
 from swerl.tasks.sources import load_tasks
 
@@ -332,18 +330,13 @@ def test_kuberay_submit_without_the_kubernetes_extra_is_exit_3(tmp_path):
     assert "pip install 'swerl[kubernetes]'" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_gymnasium_make_works_in_a_fresh_interpreter(tmp_path):
+def test_gymnasium_make_works_in_a_fresh_interpreter(tmp_path, hook_site):
     """Gymnasium >= 1.0 has no plugin entry points: the ``.pth`` hook an install puts in site-packages
     registers swerl's ids when Gymnasium is imported, without importing swerl. Here ``site`` itself
-    processes the checkout's ``.pth`` from a site directory, as it does at interpreter start."""
-    import _swerl_gymnasium
-
-    assert _swerl_gymnasium.SPECS == GYMNASIUM_IDS
-    site_dir = tmp_path / "site"
-    site_dir.mkdir()
-    shutil.copy2(ROOT / "swerl-gymnasium.pth", site_dir)
+    processes the hook's files (as setup.py makes them) from a site directory, as it does at
+    interpreter start."""
     code = (
-        f"import site; site.addsitedir({str(site_dir)!r}); import sys, gymnasium; "
+        f"import site; site.addsitedir({str(hook_site)!r}); import sys, gymnasium; "
         "assert 'swerl' not in sys.modules, 'the hook imported swerl'; "
         "env = gymnasium.make(sys.argv[1], tasks='swerl-mini'); "
         "print(type(env.unwrapped).__name__, len(env.unwrapped.tasks))"

@@ -23,7 +23,10 @@ blocked on the actors; the grading part is that wait times the episodes' share
 of time spent grading), and optimizer (everything the trainer computes). In the
 async loop generation runs beside the trainer, so its trainer-side generation is 0
 and the environment column is the time the trainer blocked waiting for a group. The
-first step (actors starting) is left out. Last, the async envs run alone for two batches
+first step (actors starting) is left out. ``--grade-pool 1`` gives every env a warm grading
+sandbox, started at reset while the episode runs (``SWEEnv(grade_pool_size=...)``), and
+``--pool N`` warm agent sandboxes (``pool_size``); each loop's line under the table says what an
+episode's reset, grading start and grading cost on average. Last, the async envs run alone for two batches
 with the trainer idle: that rate against the trainer's own time per batch is the least the
 trainer must wait, however well the two overlap.
 """
@@ -62,7 +65,19 @@ def _row(name: str, n_eps: int, envs: int, wall: float, gen: float, wait: float,
     ]
 
 
-def run_trl(tasks, model_dir: str, envs: int, steps: int, tokens: int, sink: str) -> list:
+def _episode_costs(name: str, episodes: list[Episode]) -> str:
+    """Mean seconds per episode: reset, the grading sandbox's start, grading, the whole episode."""
+    n = max(1, len(episodes))
+    mean = lambda f: sum(f(e) for e in episodes) / n  # noqa: E731
+    start = mean(lambda e: float((e.grade or {}).get("timings", {}).get("start", 0.0)))
+    return (f"{name}: per episode (mean of {len(episodes)}): reset {mean(lambda e: e.timings.get('reset', 0.0)):.2f} s, "
+            f"grading sandbox start {start:.2f} s, grading {mean(lambda e: e.timings.get('grade', 0.0)):.2f} s, "
+            f"whole episode {mean(lambda e: e.timings.get('total', 0.0)):.2f} s")  # fmt: skip
+
+
+def run_trl(
+    tasks, model_dir: str, envs: int, steps: int, tokens: int, sink: str, env_kwargs: dict | None = None
+) -> list:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -90,6 +105,7 @@ def run_trl(tasks, model_dir: str, envs: int, steps: int, tokens: int, sink: str
         num_actors=max(1, envs // 8),
         envs_per_actor=min(8, envs),
         run_id=f"bench-train-trl-{os.getpid()}",
+        env_kwargs=env_kwargs,
     )
     clock = Clock()
     args = GRPOConfig(
@@ -124,10 +140,19 @@ def run_trl(tasks, model_dir: str, envs: int, steps: int, tokens: int, sink: str
     wall = sum(clock.walls[1:])
     gen = sum(rollout.timings["generation"][1:])
     wait = sum(rollout.timings["rollout"][1:]) - gen
+    print(_episode_costs("trl-sync", later))
     return _row("trl-sync", len(later), envs, wall, gen, wait, _grading_share(later))
 
 
-def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int, staleness: int = 1) -> list:
+def run_async(
+    tasks,
+    model_dir: str,
+    envs: int,
+    groups: int,
+    tokens: int,
+    staleness: int = 1,
+    env_kwargs: dict | None = None,
+) -> list:
     import copy
 
     import torch
@@ -168,6 +193,7 @@ def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int, stalen
         group=True,
         max_staleness=staleness,
         run_id=f"bench-train-async-{os.getpid()}",
+        env_kwargs=env_kwargs,
     )
     taken: list[Episode] = []
     opt_s = 0.0
@@ -209,6 +235,7 @@ def run_async(tasks, model_dir: str, envs: int, groups: int, tokens: int, stalen
     # generation runs beside the trainer here: the trainer's time is its waits and its updates
     row = _row("async", len(taken), envs, wall, 0.0, wait, _grading_share(taken))
     trainer = opt_s * envs / max(1, len(taken))
+    print(_episode_costs("async", taken))
     print(f"async: {stale} stale episodes re-run (max_staleness {staleness}); the sampler generated "
           f"{gen:.1f} s beside the trainer")  # fmt: skip
     print(f"async: the envs alone (trainer idle) produce a batch of {envs} in {env_alone:.1f} s, the trainer "
@@ -250,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="async: max policy versions an episode may lag (batches ahead)",
     )
+    parser.add_argument("--pool", type=int, default=0, help="warm agent sandboxes per env and image")
+    parser.add_argument(
+        "--grade-pool", type=int, default=0, help="warm grading sandboxes per env (started at reset)"
+    )
     args = parser.parse_args(argv)
     if args.envs % 4:
         parser.error("--envs must be a multiple of 4 (GRPO groups of 4)")
@@ -264,10 +295,18 @@ def main(argv: list[str] | None = None) -> int:
     ensure_ray()
     model_dir = str(tiny_model())
     load0 = os.getloadavg()[0]
+    env_kwargs = {"pool_size": args.pool, "grade_pool_size": args.grade_pool}
     with tempfile.TemporaryDirectory() as d:
-        rows = [run_trl(tasks, model_dir, args.envs, args.steps, args.max_new_tokens, f"{d}/trl.jsonl")]
+        rows = [
+            run_trl(
+                tasks, model_dir, args.envs, args.steps, args.max_new_tokens, f"{d}/trl.jsonl", env_kwargs
+            )
+        ]
     groups = args.steps * args.envs // 4  # one optimizer step per batch of --envs episodes, as TRL
-    rows.append(run_async(tasks, model_dir, args.envs, groups, args.max_new_tokens, args.staleness))
+    rows.append(
+        run_async(tasks, model_dir, args.envs, groups, args.max_new_tokens, args.staleness, env_kwargs)
+    )
+    print(f"warm pools per env: {args.pool} agent, {args.grade_pool} grading sandboxes")
     print(f"{args.envs} envs in flight; seconds per batch of {args.envs} episodes; {os.cpu_count()} CPUs, "
           f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}")  # fmt: skip
     header = [

@@ -94,6 +94,7 @@ class SWEEnv(gym.Env[str, str]):
         sandbox_config: SandboxConfig | None = None,
         limits: Limits | None = None,
         pool_size: int = 0,
+        grade_pool_size: int = 0,
         grade_retries: int = 2,
         grade_timeout: float = 1800.0,
         grading: Literal["official", "strict"] = "strict",
@@ -132,7 +133,18 @@ class SWEEnv(gym.Env[str, str]):
         self.observation_space = AnyText(max_length=max(self.limits.observation_chars, 1) + 200_000)
         self.action_space = AnyText(max_length=self.limits.action_chars)
         prepare = self._prepare if scrub_history else None
-        self.pool = SandboxPool(self._new_sandbox, size=pool_size, prepare=prepare) if pool_size else None
+        # at most 4 images' worth idle (the 4 warmed here), the least recently wanted closed first
+        self.pool = (
+            SandboxPool(self._new_sandbox, size=pool_size, prepare=prepare, max_idle=4 * pool_size)
+            if pool_size
+            else None
+        )
+        # grading sandboxes: fresh, never prepared or used, started while the episode runs
+        self.grade_pool = (
+            SandboxPool(self._grading_sandbox, size=grade_pool_size, max_idle=grade_pool_size)
+            if grade_pool_size
+            else None
+        )
         self._deviations: dict[str, list[str]] = {}
         """Per Harbor task: the accepted deviations of its agent sandbox (recorded in the grade)."""
         self.task: Instance | None = None
@@ -177,6 +189,19 @@ class SWEEnv(gym.Env[str, str]):
                 raise
         return sandbox
 
+    def _prewarm_grading(self, task: Instance) -> None:
+        """Start the episode's grading sandbox now, so submit does not wait for a container.
+        Not for a Harbor task: its verifier's settings are applied before the sandbox starts."""
+        if self.grade_pool is not None and not task.graded_by_harbor:
+            self.grade_pool.prewarm(task.image)
+
+    def _grader(self, image: str) -> Sandbox:
+        """A fresh sandbox for grading: a pre-started one from the grading pool when it has one
+        (``grade`` calls its ``start``, which is then a no-op), else a new one."""
+        if self.grade_pool is not None:
+            return self.grade_pool.acquire(image, refill=False)
+        return self._new_sandbox(image)
+
     def _release(self) -> None:
         """Hand the episode's sandbox to a background closer: removal stays off reset's path."""
         if self.sandbox is not None:
@@ -195,6 +220,7 @@ class SWEEnv(gym.Env[str, str]):
         self.task = self._choose_task(options.get("task"))
         if self.task.graded_by_harbor and self.grading is GradingMode.OFFICIAL:
             official_user_deviation(self.task, self.backend)  # refused before the episode, not after it
+        self._prewarm_grading(self.task)
         self.sandbox = self._acquire(self.task.image)
         if self.task.base_commit == BASE_AT_RESET:
             try:
@@ -294,6 +320,7 @@ class SWEEnv(gym.Env[str, str]):
                 f"but this env's task uses image {task.image} at {task.base_commit[:12]}"
             )
         sandbox = self._restore_sandbox(task, snap.workspace)
+        self._prewarm_grading(task)
         self._release()  # only now: the old sandbox's removal stays off the restore's path
         self.task, self.sandbox = task, sandbox
         self.state = EpisodeState(**{k: v for k, v in snap.state.items() if k != "elapsed"})
@@ -348,8 +375,9 @@ class SWEEnv(gym.Env[str, str]):
     def close(self) -> None:
         self._release()
         self.wait_closed()
-        if self.pool:
-            self.pool.close()
+        for pool in (self.pool, self.grade_pool):
+            if pool is not None:
+                pool.close()
         super().close()
 
     def render(self) -> str | None:
@@ -443,7 +471,7 @@ class SWEEnv(gym.Env[str, str]):
         result = grade(
             self.task,
             patch,
-            sandbox_factory=self._new_sandbox,
+            sandbox_factory=self._grader,
             retries=self.grade_retries,
             timeout=self.grade_timeout,
             mode=self.grading,

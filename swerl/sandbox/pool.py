@@ -2,20 +2,36 @@
 
 Every sandbox is handed out once and never comes back, so nothing leaks from one
 episode to the next; the pool refills in the background up to ``size`` per image.
+Any backend works: the pool only calls ``factory(image).start()`` (and ``prepare``),
+so its sandboxes carry the labels and run id of the config the factory uses, and
+``swerl reap --run-id`` finds them like any other.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict, deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from swerl.errors import SandboxClosed
 from swerl.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class PoolStats:
+    """What the pool did: ``hits`` were handed out already started, ``misses`` started on
+    the acquirer's path; ``evicted`` were closed unused to make room for another image."""
+
+    started: int = 0
+    hits: int = 0
+    misses: int = 0
+    evicted: int = 0
+    failed: int = 0
 
 
 class SandboxPool:
@@ -25,16 +41,24 @@ class SandboxPool:
         size: int = 1,
         workers: int = 2,
         prepare: Callable[[Sandbox], None] | None = None,
+        max_idle: int | None = None,
     ) -> None:
         """``prepare`` runs on each sandbox right after it starts (e.g. scrubbing the
-        repo's history), so for warm sandboxes it is off the acquirer's path."""
+        repo's history), so for warm sandboxes it is off the acquirer's path.
+
+        ``max_idle`` caps the started-but-unused sandboxes over all images (default: no
+        cap): warming an image when the pool is full closes the idle sandbox of the image
+        least recently asked for, so a pool that sees many images does not grow with them."""
         self.factory = factory
         self.prepare = prepare
         self.size = max(0, size)
-        self._idle: dict[str, deque[Sandbox]] = defaultdict(deque)
-        self._pending: dict[str, int] = defaultdict(int)
+        self.max_idle = max_idle
+        self.stats = PoolStats()
+        self._idle: OrderedDict[str, deque[Sandbox]] = OrderedDict()  # least recently wanted first
+        self._pending: dict[str, int] = {}
         self._cond = threading.Condition()
         self._executor = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="swerl-pool")
+        self._evicted: list[Sandbox] = []  # closed by a worker; close() makes sure of it
         self._closed = False
         self.last_error: BaseException | None = None
 
@@ -51,15 +75,24 @@ class SandboxPool:
         with self._cond:
             if self._closed:
                 raise SandboxClosed("the sandbox pool is closed")
-            self._cond.wait_for(lambda: self._idle[image] or not self._pending[image], timeout=wait)
-            sandbox = self._idle[image].popleft() if self._idle[image] else None
+            self._cond.wait_for(lambda: self._idle_of(image) or not self._pending.get(image), timeout=wait)
+            queue = self._idle_of(image)
+            sandbox = queue.popleft() if queue else None
             if refill:
                 self._refill_locked(image)
-        if sandbox is not None and sandbox.alive:
+            hit = sandbox is not None and sandbox.alive
+            if hit:
+                self.stats.hits += 1
+            else:
+                self.stats.misses += 1
+        if hit:
             return sandbox
         if sandbox is not None:
             sandbox.close()
         return self._started(image)
+
+    def _idle_of(self, image: str) -> deque[Sandbox]:
+        return self._idle.get(image) or deque()
 
     def _started(self, image: str) -> Sandbox:
         sandbox = self.factory(image).start()
@@ -71,14 +104,41 @@ class SandboxPool:
                 raise
         return sandbox
 
-    def idle(self, image: str) -> int:
+    def idle(self, image: str | None = None) -> int:
+        """Started, unused sandboxes of ``image`` (of every image when None)."""
         with self._cond:
-            return len(self._idle[image])
+            if image is not None:
+                return len(self._idle_of(image))
+            return sum(len(q) for q in self._idle.values())
+
+    def _held(self) -> int:
+        return sum(len(q) for q in self._idle.values()) + sum(self._pending.values())
 
     def _refill_locked(self, image: str) -> None:
-        while not self._closed and len(self._idle[image]) + self._pending[image] < self.size:
-            self._pending[image] += 1
+        self._idle.setdefault(image, deque())
+        self._idle.move_to_end(image)  # the most recently wanted image is evicted last
+        while not self._closed and len(self._idle[image]) + self._pending.get(image, 0) < self.size:
+            if self.max_idle is not None and self._held() >= self.max_idle and not self._evict_locked(image):
+                return
+            self._pending[image] = self._pending.get(image, 0) + 1
             self._executor.submit(self._start_one, image)
+
+    def _evict_locked(self, keep: str) -> bool:
+        """Close the idle sandbox of the least recently wanted other image; False if none."""
+        for other, queue in self._idle.items():
+            if other != keep and queue:
+                victim = queue.popleft()
+                self.stats.evicted += 1
+                self._evicted.append(victim)
+                self._executor.submit(self._close_evicted, victim)
+                return True
+        return False
+
+    def _close_evicted(self, victim: Sandbox) -> None:
+        victim.close()
+        with self._cond:
+            if victim in self._evicted:
+                self._evicted.remove(victim)
 
     def _start_one(self, image: str) -> None:
         sandbox: Sandbox | None = None
@@ -87,21 +147,25 @@ class SandboxPool:
         except BaseException as e:
             log.warning("warm pool: cannot start a sandbox of %s: %s", image, e)
             self.last_error = e
+            self.stats.failed += 1
         with self._cond:
             self._pending[image] -= 1
             if sandbox is not None:
+                self.stats.started += 1
                 if self._closed:
                     sandbox.close()
                 else:
-                    self._idle[image].append(sandbox)
+                    self._idle.setdefault(image, deque()).append(sandbox)
             self._cond.notify_all()
 
     def close(self) -> None:
-        """Close every idle sandbox and stop refilling. Idempotent."""
+        """Close every idle sandbox, wait for the starts under way (closing what they
+        start) and stop refilling. Idempotent."""
         with self._cond:
             self._closed = True
-            idle = [sb for q in self._idle.values() for sb in q]
+            idle = [sb for q in self._idle.values() for sb in q] + self._evicted
             self._idle.clear()
+            self._evicted = []
             self._cond.notify_all()
         for sb in idle:
             sb.close()

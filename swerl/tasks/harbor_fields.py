@@ -27,14 +27,16 @@ FATAL = "refused"
 KEPT = "kept (no effect on running or grading)"
 PHASE = "honoured when it equals the environment's, else refused (accept to run without it)"
 
+# Rows that several fields share (the agent's and the verifier's phases mirror the environment's).
+_TASK_TABLE = (KEPT, "`task.extra['task']`")
+_NO_HOST_FILTER = (REFUSED, "no per-host network filter")
+_ONE_NETWORK = (PHASE, "a swerl sandbox has one network for both phases")
+
 FIELDS: dict[str, tuple[str, str]] = {
     "schema_version": (KEPT, "read; swerl follows schema 1.x (`version` is its old name)"),
     "source": (KEPT, "`task.extra['source']`"),
     "task.name": (HONOURED, "the task's instance_id (else the folder's name)"),
-    "task.version": (KEPT, "`task.extra['task']`"),
-    "task.description": (KEPT, "`task.extra['task']`"),
-    "task.authors": (KEPT, "`task.extra['task']`"),
-    "task.keywords": (KEPT, "`task.extra['task']`"),
+    **dict.fromkeys(("task.version", "task.description", "task.authors", "task.keywords"), _TASK_TABLE),
     "metadata": (KEPT, "`task.extra['metadata']`"),
     "steps": (FATAL, "multi-step tasks are not run by swerl"),
     "multi_step_reward_strategy": (KEPT, "no effect on a single-step task (as in Harbor)"),
@@ -65,7 +67,7 @@ FIELDS: dict[str, tuple[str, str]] = {
         "no-network: the sandbox has none; public (Harbor's default): needs the sandbox's "
         "network on, else refused; allowlist: refused (no per-host filter)",
     ),
-    "environment.allowed_hosts": (REFUSED, "no per-host network filter"),
+    "environment.allowed_hosts": _NO_HOST_FILTER,
     "environment.allow_internet": (HONOURED, "its old form: false is no-network, true public"),
     "agent.timeout_sec": (HONOURED, "the episode's time limit"),
     "agent.user": (
@@ -73,8 +75,8 @@ FIELDS: dict[str, tuple[str, str]] = {
         "the agent's sandbox runs as this user (default: the Dockerfile's USER, else root); "
         "Kubernetes needs a numeric uid",
     ),
-    "agent.network_mode": (PHASE, "a swerl sandbox has one network for both phases"),
-    "agent.allowed_hosts": (REFUSED, "no per-host network filter"),
+    "agent.network_mode": _ONE_NETWORK,
+    "agent.allowed_hosts": _NO_HOST_FILTER,
     "verifier.timeout_sec": (HONOURED, "test.sh's timeout (past it: infra_error)"),
     "verifier.env": (HONOURED, "test.sh's environment; ${VAR} from the host"),
     "verifier.user": (
@@ -85,8 +87,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "verifier.environment_mode": (HONOURED, "shared; separate is refused"),
     "verifier.environment": (FATAL, "a separate verifier environment is not run by swerl"),
     "verifier.collect": (REFUSED, "compose collect hooks (swerl runs no compose services)"),
-    "verifier.network_mode": (PHASE, "a swerl sandbox has one network for both phases"),
-    "verifier.allowed_hosts": (REFUSED, "no per-host network filter"),
+    "verifier.network_mode": _ONE_NETWORK,
+    "verifier.allowed_hosts": _NO_HOST_FILTER,
     "solution.env": (HONOURED, "solve.sh's environment; ${VAR} from the host"),
 }
 """`section.key` -> (what swerl does, how). A table `metadata` is kept whole."""
@@ -191,9 +193,9 @@ def check(config: dict[str, Any], where: str, accept: tuple[str, ...] | list[str
     deviations: list[str] = []
 
     def unsupported(field: str, why: str) -> None:
-        if FIELDS.get(field, (REFUSED,))[0] == FATAL or not accepted(field, accept):
-            if FIELDS.get(field, (REFUSED,))[0] == FATAL:
-                raise ConfigError(f"{where}: field '{field}': {why}")
+        if FIELDS.get(field, (REFUSED,))[0] == FATAL:
+            raise ConfigError(f"{where}: field '{field}': {why}")
+        if not accepted(field, accept):
             raise refuse(where, field, why)
         deviations.append(f"{field}: {why} (accepted)")
 
@@ -216,13 +218,11 @@ def check(config: dict[str, Any], where: str, accept: tuple[str, ...] | list[str
     if config.get("steps"):
         unsupported("steps", "multi-step Harbor tasks are not run by swerl")
     if config.get("artifacts"):
-        unsupported("artifacts", "swerl collects no files from the sandbox after a run")
+        unsupported("artifacts", FIELDS["artifacts"][1])
     if str(env.get("os", "linux")).lower() != "linux":
         raise ConfigError(f"{where}: field 'environment.os' is {env['os']!r}; swerl runs Linux tasks only")
     if verifier.get("environment") or verifier.get("environment_mode") == "separate":
-        raise ConfigError(
-            f"{where}: field 'verifier.environment': a separate verifier environment is not run by swerl"
-        )
+        unsupported("verifier.environment", FIELDS["verifier.environment"][1])  # FATAL: never accepted
     if verifier.get("environment_mode") not in (None, "shared", "separate"):
         raise ConfigError(f"{where}: field 'verifier.environment_mode' must be shared or separate")
     for field, why in (

@@ -2,13 +2,18 @@
 works without ``import swerl`` first.
 
 Gymnasium 1.x dropped plugin entry points, so nothing of swerl's runs when a program imports
-only Gymnasium. The wheel ships ``swerl-gymnasium.pth``, whose one line calls ``install()`` at
-interpreter start. That only puts a finder first in ``sys.meta_path`` (this module imports nothing
-else): when ``gymnasium`` itself is imported, the finder lets the normal import run and then
-registers the ids with entry points given as strings, so swerl is imported by ``make`` and not
-before. The finder removes itself after that one import. Nothing here may break an interpreter:
-every failure is swallowed (the ``swerl:swerl/SWE-v0`` form and ``import swerl`` still work).
-``SWERL_GYMNASIUM_HOOK=0`` turns it off; ``pip uninstall swerl`` removes the ``.pth`` and this file.
+only Gymnasium. An install (``pip install .`` or ``-e .``) therefore puts two files at the top of
+site-packages, both made at build time from this module by ``setup.py`` (``site_files()``): a copy
+of this file as ``_swerl_gymnasium.py`` (a top-level module, so that loading it does not import
+the ``swerl`` package and, through it, Gymnasium) and ``swerl-gymnasium.pth``, whose one line
+calls ``install()`` at interpreter start. That only puts a finder first in ``sys.meta_path`` (this
+module imports nothing but ``os`` and ``sys`` at run time): when ``gymnasium`` itself is imported,
+the finder lets the normal import run and then registers the ids with entry points given as
+strings, so swerl is imported by ``make`` and not before. The finder removes itself after that one
+import. Nothing here may break an interpreter: every failure is swallowed (the
+``swerl:swerl/SWE-v0`` form and ``import swerl`` still work). ``SWERL_GYMNASIUM_HOOK=0`` turns it
+off; ``pip uninstall swerl`` removes both files (the wheel's RECORD lists them). An editable
+install holds a copy too: a change to this file takes effect there on the next ``pip install -e``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,19 @@ import os
 import sys
 
 SPECS = {"swerl/SWE-v0": "swerl.env.swe_env:SWEEnv"}
-"""Gymnasium id -> entry point: ``swerl.GYMNASIUM_IDS``, repeated so that nothing here imports swerl."""
+"""Gymnasium id -> entry point (``swerl.GYMNASIUM_IDS`` is this dict)."""
+
+MODULE = "_swerl_gymnasium"
+"""The top-level name this file is installed under."""
+PTH = "swerl-gymnasium.pth"
+"""The start-up file that calls ``install()``; site runs a ``.pth`` line that starts with ``import``."""
+
+
+def site_files() -> dict[str, bytes]:
+    """The files an install puts at the top of site-packages: name -> content."""
+    with open(__file__, "rb") as f:
+        source = f.read()
+    return {f"{MODULE}.py": source, PTH: f"import {MODULE}; {MODULE}.install()\n".encode()}
 
 
 def register(gymnasium: object) -> None:
