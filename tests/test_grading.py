@@ -36,6 +36,14 @@ def _inst(suite, iid: str) -> Instance:
     return select(suite, [iid])[0]
 
 
+@pytest.fixture(scope="module")
+def wrong_grades(suite, factory) -> dict:
+    """Each wrong patch graded once for the module (three tests read the same grades)."""
+    pairs = [(_inst(suite, w["instance_id"]), w["patch"]) for w in WRONG]
+    results = grade_many(pairs, max_workers=2, sandbox_factory=factory)
+    return {w["instance_id"]: res for w, res in zip(WRONG, results, strict=True)}
+
+
 def test_every_gold_resolves_and_bare_repo_does_not(suite, factory):
     rows = validate_suite(suite, sandbox_factory=factory, max_workers=2, out=None)
     assert count_mismatches(rows) == 0, [r for r in rows if not r.ok]
@@ -72,18 +80,16 @@ def test_patch_that_does_not_apply_is_patch_failed(suite, factory):
 
 
 @pytest.mark.parametrize("wrong", WRONG, ids=[w["instance_id"] for w in WRONG])
-def test_wrong_fix_is_unresolved_and_names_tests(suite, factory, wrong):
-    inst = _inst(suite, wrong["instance_id"])
-    res = grade(inst, wrong["patch"], sandbox_factory=factory)
+def test_wrong_fix_is_unresolved_and_names_tests(wrong_grades, wrong):
+    res = wrong_grades[wrong["instance_id"]]
     assert (res.status, res.reward) == (GradeStatus.UNRESOLVED, 0.0)
     assert res.fail_to_pass["failure"] == wrong["FAIL_TO_PASS_failure"]
     assert res.pass_to_pass["failure"] == wrong["PASS_TO_PASS_failure"]
     assert res.failed_tests and all(res.tests[t] in ("FAILED", "ERROR") for t in res.failed_tests)
 
 
-def test_wrong_fix_passing_new_test_is_caught_by_pass_to_pass(suite, factory):
-    w = next(w for w in WRONG if w["instance_id"] == "swerl__intervals-1")
-    res = grade(_inst(suite, w["instance_id"]), w["patch"], sandbox_factory=factory)
+def test_wrong_fix_passing_new_test_is_caught_by_pass_to_pass(wrong_grades):
+    res = wrong_grades["swerl__intervals-1"]
     assert res.fail_to_pass["failure"] == [] and res.fail_to_pass["success"]
     assert res.pass_to_pass["failure"] == ["tests/test_ops.py::test_merge_adjacent_integers_stay_apart"]
     assert res.status is GradeStatus.UNRESOLVED
@@ -152,12 +158,13 @@ def test_missing_image_is_infra_error(suite, factory):
     assert "ImageMissing" in res.error and "build" in res.error
 
 
-def test_parser_and_report_match_swebench_directly(suite, factory, tmp_path):
+def test_parser_and_report_match_swebench_directly(suite, factory, wrong_grades, tmp_path):
     """Same log -> same per-test map and same report as calling swebench ourselves."""
     parsers = {i.log_parser for i in suite}
     pairs = [(i, i.patch) for i in suite[:2]] + [(_inst(suite, w["instance_id"]), w["patch"]) for w in WRONG]
+    golds = grade_many(pairs[:2], max_workers=2, sandbox_factory=factory)
     for (inst, patch), res in zip(
-        pairs, grade_many(pairs, max_workers=2, sandbox_factory=factory), strict=True
+        pairs, golds + [wrong_grades[w["instance_id"]] for w in WRONG], strict=True
     ):
         spec = inst.test_spec()
         assert inst.log_parser in parsers
