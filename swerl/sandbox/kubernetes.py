@@ -499,27 +499,33 @@ class KubernetesSandbox(ChannelSandbox):
             time.sleep(delay)
             delay = min(delay * 1.5, 1.0)
 
-    def _open_channel(self) -> None:
+    def _exec(self, command: list[str], stdin: bool, **kwargs: Any) -> Any:
+        """An exec websocket into the sandbox's container (stdout and stderr, no tty); the channel's
+        and a second one beside it. ``ApiException`` passes up."""
         from kubernetes.client import CoreV1Api
-        from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import stream
 
-        # stream() swaps call_api on the ApiClient it is given, so give it its own.
+        # stream() swaps call_api on the ApiClient it is given, so give each exec its own.
         exec_api = CoreV1Api(type(self._api.api_client)(self._api.api_client.configuration))
+        return stream(
+            exec_api.connect_get_namespaced_pod_exec,
+            self.name,
+            self.namespace,
+            command=command,
+            container=CONTAINER,
+            stdin=stdin,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+            **kwargs,
+        )
+
+    def _open_channel(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
         try:
-            ws = stream(
-                exec_api.connect_get_namespaced_pod_exec,
-                self.name,
-                self.namespace,
-                command=server_command(self.config),
-                container=CONTAINER,
-                stdin=True,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                binary=True,
-                _preload_content=False,
-            )
+            ws = self._exec(server_command(self.config), stdin=True, binary=True)
         except ApiException as e:
             raise SandboxError(f"cannot open the exec websocket to pod {self.name}: {e.reason}") from e
         self._stream = _WSStream(ws)
@@ -534,25 +540,11 @@ class KubernetesSandbox(ChannelSandbox):
 
     def _interrupt(self, server_pid: int, ctl: str) -> None:
         """A second exec into the pod, beside the channel's."""
-        from kubernetes.client import CoreV1Api
         from kubernetes.client.exceptions import ApiException
-        from kubernetes.stream import stream
 
-        exec_api = CoreV1Api(type(self._api.api_client)(self._api.api_client.configuration))
         script = f"printf 'K\\n' >{shlex.quote(ctl)}"
         try:
-            ws = stream(
-                exec_api.connect_get_namespaced_pod_exec,
-                self.name,
-                self.namespace,
-                command=["sh", "-c", script],
-                container=CONTAINER,
-                stdin=False,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                _preload_content=False,
-            )
+            ws = self._exec(["sh", "-c", script], stdin=False)
             ws.run_forever(timeout=30)
             rc, err = ws.returncode, ws.read_all()
             ws.close()
