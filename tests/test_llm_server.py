@@ -11,6 +11,7 @@ garbage are real sockets too.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
@@ -212,10 +214,14 @@ def test_vllm_style_ids_are_recorded_as_prompt_deltas(tiny_model_dir):
     assert (t2.prompt_ids, t2.prompt_start, t2.completion_ids) == ([4, 5], 5, [9])
 
 
-class _Garbage(http.server.BaseHTTPRequestHandler):
+class _Canned(http.server.BaseHTTPRequestHandler):
+    """A test double of a model server: every POST is answered 200 with ``reply(request body)``."""
+
+    def reply(self, request: bytes) -> bytes:
+        raise NotImplementedError
+
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        body = b"<html>not a chat completion</html>"
+        body = self.reply(self.rfile.read(int(self.headers.get("content-length", 0))))
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
@@ -226,12 +232,26 @@ class _Garbage(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@contextlib.contextmanager
+def _serving(handler: type[_Canned]) -> Iterator[str]:
+    """The handler served on a free local port, for as long as the block runs: its ``/v1`` URL."""
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}/v1"
+    finally:
+        srv.shutdown()
+
+
+class _Garbage(_Canned):
+    def reply(self, request: bytes) -> bytes:
+        return b"<html>not a chat completion</html>"
+
+
 @pytest.fixture
 def garbage_server():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}/v1"
-    srv.shutdown()
+    with _serving(_Garbage) as url:
+        yield url
 
 
 @pytest.fixture
@@ -254,18 +274,18 @@ def test_garbage_and_stuck_servers_raise_policy_errors(
             p.act(p.start(None, 0), "hi")
 
 
-def test_a_server_that_is_down_makes_retried_infra_errors(tiny_model_dir, ray_session, tasks, sandbox_config):
-    p = policy(tiny_model_dir, f"http://127.0.0.1:{free_port()}/v1", timeout=2.0)
+def _one_episode(p: LLMPolicy, task, sandbox_config) -> tuple:
+    """One episode of ``task`` through a one-actor runner that retries an infra error once; and its stats."""
     with RolloutRunner(
-        tasks[:1],
-        p,
-        num_actors=1,
-        max_retries=1,
-        retry_delay=0.1,
-        env_kwargs={"sandbox_config": sandbox_config},
+        [task], p, num_actors=1, max_retries=1, retry_delay=0.1, env_kwargs={"sandbox_config": sandbox_config}
     ) as r:
         (ep,) = r.run()
-        stats = dict(r.stats)
+        return ep, dict(r.stats)
+
+
+def test_a_server_that_is_down_makes_retried_infra_errors(tiny_model_dir, ray_session, tasks, sandbox_config):
+    p = policy(tiny_model_dir, f"http://127.0.0.1:{free_port()}/v1", timeout=2.0)
+    ep, stats = _one_episode(p, tasks[0], sandbox_config)
     assert ep.status == "infra_error" and ep.reward is None and ep.reason == "policy_error"
     assert "cannot reach the model server" in ep.error and ep.retries == 1 and stats["retried"] == 1
     assert json.loads(ep.to_json())["reward"] is None
@@ -277,16 +297,7 @@ def test_a_conversation_that_fills_the_context_ends_truncated_not_retried(
     # The first prompt alone is longer than max_context: the policy stops before any request
     # (the port has no server: asking it would be a retried infra error, as in the test above).
     p = policy(tiny_model_dir, f"http://127.0.0.1:{free_port()}/v1", mode="tokens", max_context=16)
-    with RolloutRunner(
-        tasks[:1],
-        p,
-        num_actors=1,
-        max_retries=1,
-        retry_delay=0.1,
-        env_kwargs={"sandbox_config": sandbox_config},
-    ) as r:
-        (ep,) = r.run()
-        stats = dict(r.stats)
+    ep, stats = _one_episode(p, tasks[0], sandbox_config)
     assert ep.reason == "max_context" and ep.status == "empty_patch" and ep.reward == 0.0  # graded: no diff
     assert not ep.infra_error and ep.retries == 0 and stats.get("retried", 0) == 0 and ep.steps == []
 
@@ -321,23 +332,15 @@ def test_synth_problem_statements_come_from_a_live_model_with_the_mode_recorded(
         assert inst.problem_statement.strip()  # the model produced text, and it is what the task carries
 
 
-class _Quoter(http.server.BaseHTTPRequestHandler):
+class _Quoter(_Canned):
     """Test double of a model that quotes the fix back (a real tiny model cannot be made to)."""
 
-    def do_POST(self):
-        prompt = json.loads(self.rfile.read(int(self.headers["content-length"])))["messages"][0]["content"]
+    def reply(self, request: bytes) -> bytes:
+        prompt = json.loads(request)["messages"][0]["content"]
         added = next(ln[1:] for ln in prompt.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
-        body = json.dumps(
+        return json.dumps(
             {"choices": [{"message": {"content": f"Change it to `{added.strip()}`."}}]}
         ).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 def test_synth_problem_statements_fall_back_to_the_template_and_say_why(garbage_server):
@@ -348,17 +351,13 @@ def test_synth_problem_statements_fall_back_to_the_template_and_say_why(garbage_
     inst, cand = _synth_task()
     template = TemplateWriter().write(inst, cand).text
     assert "test_clamp" in template and "assert 12 == 10" in template and "min(" not in template
-    quoter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quoter)
-    threading.Thread(target=quoter.serve_forever, daemon=True).start()
-    try:
-        for url, why in [(f"http://127.0.0.1:{quoter.server_port}/v1", "model reply quoted the fix"),
+    with _serving(_Quoter) as quoter:
+        for url, why in [(quoter, "model reply quoted the fix"),
                          (garbage_server, "model failed: problem-statement model at")]:  # fmt: skip
             write_statement(inst, cand, ModelWriter(url, "m", timeout=5))
             rec = inst.extra["synth"]["statement"]
             assert rec["mode"] == "template" and rec["fallback"].startswith(why), rec
             assert inst.problem_statement == template
-    finally:
-        quoter.shutdown()
     with pytest.raises(ConfigError, match="problem-statement model"):  # down: refused before any work
         ModelWriter(f"http://127.0.0.1:{free_port()}/v1", "m", timeout=2).check()
 
