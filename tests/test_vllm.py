@@ -253,7 +253,9 @@ def test_grpo_through_vllm_learns_with_weights_pushed_each_step(
     assert all(h.episodes == 8 and h.dropped == 0 for h in logs)
     # the rise was sampled by pushed weights: late steps learn from tokens of versions >= 1
     assert all(min(h.sampled_by) >= 1 for h in logs[-3:]), [h.sampled_by for h in logs]
-    assert max(h.sampled_by[-1] for h in logs) == STEPS - 1
+    # pushes reach the server to the end: the sampler prefetches up to two groups while a step
+    # trains, so the newest version the last steps saw is STEPS - 1 or, by timing, STEPS - 2
+    assert max(h.sampled_by[-1] for h in logs) >= STEPS - 2, [h.sampled_by for h in logs]
     # on-policy tokens: the trainer's logprob is the server's (ratio 1); stale ones really differ
     assert sum(h.on_policy_tokens for h in logs) >= STEPS
     assert max(h.on_policy_dev for h in logs) < 1e-3, [h.on_policy_dev for h in logs]
