@@ -100,6 +100,24 @@ def test_editor_tools(make_env, tasks):
     assert "/testbed/notes" in obs
 
 
+def test_editing_keeps_a_files_mode(make_env, tasks):
+    """An edit changes content, not permissions: a source file shipped executable stays 755
+    (left 644, strict grading would read a mode change and revert the fix with it)."""
+    env = make_env()
+    env.reset(options={"task": tasks[0].instance_id})
+    env.step(actions.create("tool.py", "x = 1\n"))
+    env.step(actions.bash("chmod 755 tool.py && ln -s tool.py link.py"))
+    env.step(actions.str_replace("tool.py", "x = 1", "x = 2"))
+    env.step(actions.insert("tool.py", 1, "y = 3"))
+    env.step(actions.str_replace("link.py", "y = 3", "y = 4"))
+    env.step(actions.create("tool.py", "x = 5\n"))
+    env.step(actions.create("fresh.py", "z = 1\n"))
+    look = "stat -c '%n %a' tool.py fresh.py && stat -L -c %a link.py && cat tool.py"
+    obs = env.step(actions.bash(look))[0]
+    assert "tool.py 755" in obs and "fresh.py 644" in obs and "x = 5" in obs, obs
+    assert "\n755\n" in obs, obs
+
+
 def test_openai_function_call_shape(make_env, tasks):
     env = make_env()
     env.reset(options={"task": tasks[0].instance_id})

@@ -64,6 +64,15 @@ class Editor:
     def _read(self, path: str) -> str:
         return _decode(self.sandbox.read_file(path))
 
+    def _write(self, path: str, data: bytes) -> None:
+        """Write ``path``, keeping an existing file's permission bits: an editor changes content,
+        not mode, and a source file shipped 755 left at 644 is a mode change that strict grading
+        reverts, fix and all."""
+        r = self.sandbox.execute(f"stat -L -c %a -- {shlex.quote(path)}", timeout=30)
+        bits = r.output.strip()
+        mode = int(bits, 8) if r.returncode == 0 and bits.isdigit() else 0o644
+        self.sandbox.write_file(path, data, mode)
+
     def _is_dir(self, path: str) -> bool:
         return self.sandbox.execute(f"test -d {shlex.quote(path)}").returncode == 0
 
@@ -91,7 +100,7 @@ class Editor:
     def create(self, path: str, file_text: str) -> str:
         existed = self.sandbox.execute(f"test -e {shlex.quote(path)}").returncode == 0
         try:
-            self.sandbox.write_file(path, _encode(file_text))
+            self._write(path, _encode(file_text))
         except OSError as e:
             return f"Error: cannot create {path}: {e}"
         return f"{'Overwrote' if existed else 'Created'} {path} ({len(file_text)} characters)."
@@ -114,7 +123,7 @@ class Editor:
             )
         start = text.index(old)
         updated = text.replace(old, new, 1)
-        self.sandbox.write_file(path, _encode(updated))
+        self._write(path, _encode(updated))
         line = text[:start].count("\n") + 1
         return f"Edited {path}.\n{self._snippet(updated, line, new.count(chr(10)) + 1)}"
 
@@ -134,7 +143,7 @@ class Editor:
             new_lines.pop()
         lines[insert_line:insert_line] = new_lines
         updated = "\n".join(lines) + ("\n" if trailing or not lines else "")
-        self.sandbox.write_file(path, _encode(updated))
+        self._write(path, _encode(updated))
         return f"Inserted {len(new_lines)} line(s) into {path}.\n{self._snippet(updated, insert_line + 1, len(new_lines))}"
 
     @staticmethod
