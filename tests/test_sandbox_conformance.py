@@ -91,6 +91,8 @@ def test_interrupt_kills_the_running_command_and_keeps_the_sandbox(sandbox):
     worker = threading.Thread(target=lambda: result.append(sandbox.execute(cmd, timeout=120)))
     t0 = time.monotonic()
     worker.start()
+    # let it print first: a Ctrl-C before `echo` runs rightly leaves no output (a busy CI did)
+    worker.join(3.0)
     while worker.is_alive() and time.monotonic() - t0 < 90:
         sandbox.interrupt()
         worker.join(0.5)
