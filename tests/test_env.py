@@ -110,8 +110,8 @@ def test_editing_keeps_a_files_mode(make_env, tasks):
     env.step(actions.str_replace("tool.py", "x = 1", "x = 2"))
     env.step(actions.insert("tool.py", 1, "y = 3"))
     env.step(actions.str_replace("link.py", "y = 3", "y = 4"))
-    env.step(actions.create("tool.py", "x = 5\n"))
-    env.step(actions.create("fresh.py", "z = 1\n"))
+    assert "Overwrote /testbed/tool.py" in env.step(actions.create("tool.py", "x = 5\n"))[0]
+    assert "Created /testbed/fresh.py" in env.step(actions.create("fresh.py", "z = 1\n"))[0]
     look = "stat -c '%n %a' tool.py fresh.py && stat -L -c %a link.py && cat tool.py"
     obs = env.step(actions.bash(look))[0]
     assert "tool.py 755" in obs and "fresh.py 644" in obs and "x = 5" in obs, obs

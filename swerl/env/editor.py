@@ -64,14 +64,15 @@ class Editor:
     def _read(self, path: str) -> str:
         return _decode(self.sandbox.read_file(path))
 
-    def _write(self, path: str, data: bytes) -> None:
+    def _write(self, path: str, data: bytes) -> bool:
         """Write ``path``, keeping an existing file's permission bits: an editor changes content,
         not mode, and a source file shipped 755 left at 644 is a mode change that strict grading
-        reverts, fix and all."""
+        reverts, fix and all. Returns whether ``path`` existed (the same look, not a second one)."""
         r = self.sandbox.execute(f"stat -L -c %a -- {shlex.quote(path)}", timeout=30)
         bits = r.output.strip()
-        mode = int(bits, 8) if r.returncode == 0 and bits.isdigit() else 0o644
-        self.sandbox.write_file(path, data, mode)
+        existed = r.returncode == 0 and bits.isdigit()
+        self.sandbox.write_file(path, data, int(bits, 8) if existed else 0o644)
+        return existed
 
     def _is_dir(self, path: str) -> bool:
         return self.sandbox.execute(f"test -d {shlex.quote(path)}").returncode == 0
@@ -98,9 +99,8 @@ class Editor:
         return f"Here are lines {first}-{min(last, n)} of {path}:\n{_numbered(body, first)}"
 
     def create(self, path: str, file_text: str) -> str:
-        existed = self.sandbox.execute(f"test -e {shlex.quote(path)}").returncode == 0
         try:
-            self._write(path, _encode(file_text))
+            existed = self._write(path, _encode(file_text))
         except OSError as e:
             return f"Error: cannot create {path}: {e}"
         return f"{'Overwrote' if existed else 'Created'} {path} ({len(file_text)} characters)."
