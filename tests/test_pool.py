@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from swerl.env import SWEEnv, actions
+from swerl.errors import ConfigError
 from swerl.policies.patch_actions import patch_to_actions
 from swerl.sandbox import reap
 from swerl.sandbox.base import RUN_LABEL, SandboxConfig
@@ -41,6 +44,25 @@ def test_reset_and_grading_take_prestarted_containers(tasks, run_id, docker_clie
         assert grader.alive is False  # it graded and was closed, never handed out again
         labels = {c.labels.get(RUN_LABEL) for c in _containers(docker_client, run_id)}
         assert labels == {run_id}
+    finally:
+        env.close()
+    assert _containers(docker_client, run_id) == []
+
+
+def test_reset_warms_the_next_task_instead_of_its_own(tasks, run_id, docker_client):
+    """``next_task`` at reset: the one start the episode pays for is the next episode's sandbox."""
+    a, b = tasks[5], tasks[6]  # not among the first four, which the env warms when it starts
+    env = SWEEnv(tasks, sandbox_config=SandboxConfig(run_id=run_id), pool_size=1)
+    try:
+        env.reset(options={"task": a.instance_id, "next_task": b.instance_id})
+        assert env.pool.stats.misses == 1  # a was cold
+        _wait_idle(env.pool, b.image)
+        assert env.pool.idle(a.image) == 0 and not env.pool._pending.get(a.image)  # a not refilled
+        warm = env.pool._idle_of(b.image)[0]
+        env.reset(options={"task": b.instance_id})
+        assert env.sandbox is warm and env.pool.stats.hits == 1
+        with pytest.raises(ConfigError, match="nope"):
+            env.reset(options={"task": a.instance_id, "next_task": "nope"})
     finally:
         env.close()
     assert _containers(docker_client, run_id) == []
