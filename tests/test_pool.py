@@ -82,6 +82,25 @@ def test_pool_evicts_least_recently_wanted_and_close_leaves_nothing(tasks, run_i
     assert _containers(docker_client, run_id) == []
 
 
+def test_a_full_pool_still_warms_the_image_wanted_last_while_the_others_start(tasks, run_id, docker_client):
+    """At the cap with only starts under way (nothing idle to evict), the image wanted last is
+    started anyway and the cap is restored when the others arrive, at their expense."""
+    cfg = SandboxConfig(run_id=run_id)
+    a, b = tasks[0].image, tasks[1].image
+    pool = SandboxPool(lambda image: DockerSandbox(image, cfg), size=1, max_idle=1)
+    try:
+        pool.prewarm(a)
+        pool.prewarm(b)  # a is still starting
+        _wait_idle(pool, b)
+        deadline = time.monotonic() + 120
+        while (pool._pending.get(a) or pool.idle(a)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.idle(a) == 0 and pool.idle() == 1 and pool.stats.evicted == 1
+    finally:
+        pool.close()
+    assert _containers(docker_client, run_id) == []
+
+
 def test_failed_start_leaks_nothing_and_reap_finds_pool_containers(tasks, run_id, docker_client):
     cfg = SandboxConfig(run_id=run_id)
     pool = SandboxPool(lambda image: DockerSandbox(image, cfg), size=1)
