@@ -215,28 +215,21 @@ def test_fail_only_needs_a_clean_exit_instead_of_presence(tk1):
 def suite_grades(suite, task_images, run_id):
     """Every adversarial patch and control graded in strict mode, and in official mode every
     control and all but the per-project copies of an attack kind (their official verdicts
-    are recorded by the generator, which grades everything in both modes); and every task's gold
-    patch in strict mode, keyed ``(instance_id, "gold")``, in the same pool: six at a time."""
+    are recorded by the generator, which grades everything in both modes); six at a time."""
     by_id = {i.instance_id: i for i in suite}
     factory = docker_factory(timeout=120, run_id=run_id)
     jobs = [(r, "strict") for r in ADVERSARIAL]
     jobs += [(r, "official") for r in OFFICIAL_CHECKED]
-    control = {(r["instance_id"], r["patch"]): r["name"] for r in CONTROLS if "eval_type" not in r}
-    gold = {i.instance_id: control.get((i.instance_id, i.patch)) for i in suite}  # the control it is
-    jobs += [
-        ({"name": i, "instance_id": i, "patch": by_id[i].patch}, "gold") for i, c in gold.items() if not c
-    ]
 
     def run(job):
         rec, mode = job
         base = by_id[rec["instance_id"]]
         inst = Instance.from_dict({**base.to_dict(), "eval_type": rec.get("eval_type", base.eval_type)})
-        return grade(inst, rec["patch"], sandbox_factory=factory, mode="strict" if mode == "gold" else mode)
+        return grade(inst, rec["patch"], sandbox_factory=factory, mode=mode)
 
     with ThreadPoolExecutor(6) as pool:
         results = list(pool.map(run, jobs))
-    out = {(rec["name"], mode): res for (rec, mode), res in zip(jobs, results, strict=True)}
-    return out | {(i, "gold"): out[c, "strict"] for i, c in gold.items() if c}  # graded once
+    return {(rec["name"], mode): res for (rec, mode), res in zip(jobs, results, strict=True)}
 
 
 @pytest.mark.parametrize("rec", ATTACKS, ids=[r["name"] for r in ATTACKS])
@@ -294,10 +287,13 @@ def test_every_kind_has_a_variant_on_every_project():
     assert len(per_project) >= 14 and all(len(projects[k]) == 3 for k in per_project)
 
 
-def test_strict_mode_resolves_every_gold_patch(suite, suite_grades):
-    results = [suite_grades[i.instance_id, "gold"] for i in suite]
+def test_strict_mode_resolves_every_gold_patch(suite, factory_strict):
+    with ThreadPoolExecutor(4) as pool:
+        results = list(
+            pool.map(lambda i: grade(i, i.patch, sandbox_factory=factory_strict, mode="strict"), suite)
+        )
     assert [r.status for r in results] == [GradeStatus.RESOLVED] * len(suite), [r.error for r in results]
-    assert all(r.mode == "strict" and r.integrity is not None and r.integrity.clean for r in results)
+    assert all(r.integrity is not None and r.integrity.clean for r in results)
 
 
 @pytest.fixture(scope="module")
