@@ -379,7 +379,11 @@ class _Stream:
         t = time.monotonic()
         stats = InjectStats()
         assert src.prober is not None
-        return probe_batch(src.prober, items, stats, self.use_ray), stats, time.monotonic() - t
+        return (
+            probe_batch(src.prober, items, stats, self.use_ray, self.past_budget),
+            stats,
+            time.monotonic() - t,
+        )
 
     def _probe_done(self, src: _Source, f: Future) -> None:
         try:
