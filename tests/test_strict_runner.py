@@ -152,6 +152,32 @@ import _old_helper  # noqa: E402
 """
 
 
+ALWAYS_EQUAL = """
+
+class _Sum(int):  # equal to whatever the test expects
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+_add = add
+
+
+def add(a, b):
+    return _Sum(_add(a, b))
+"""
+EQUAL_TO_NUMBERS = """
+
+def add(a, b):
+    class _Num:  # made per call (garbage once the test is done): equal to any int
+        def __eq__(self, other):
+            return isinstance(other, int)
+
+    return _Num()
+"""
+
+
 @pytest.mark.parametrize(
     ("tail", "reason"),
     [
@@ -173,8 +199,20 @@ import _old_helper  # noqa: E402
             "not the runner's record",
         ),
         (BACKDATED, "modified during the run: _pytest.python.Function.runtest"),
+        (ALWAYS_EQUAL, "compared a _Sum whose __eq__ says it equals anything"),
+        (EQUAL_TO_NUMBERS, "compared a _Num whose __eq__ says it equals anything"),
     ],
-    ids=["gc", "profile", "pipe-forge", "code-swap", "forged-filename", "pipe-garbage", "backdated-module"],
+    ids=[
+        "gc",
+        "profile",
+        "pipe-forge",
+        "code-swap",
+        "forged-filename",
+        "pipe-garbage",
+        "backdated-module",
+        "always-equal",
+        "equal-to-any-number",
+    ],
 )
 def test_in_process_tampering_is_recorded(tmp_path, tail, reason):
     v, _, proc = run_strict(tmp_path, tail)
@@ -210,6 +248,26 @@ inspect.stack()
 """
 
 
+HONEST_EQUALITY = """
+
+class _Int(int):  # a value type of the package's own: equal to its number and to its text
+    def __eq__(self, other):
+        return int.__eq__(self, other) is True or (isinstance(other, str) and other == str(int(self)))
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = int.__hash__
+
+
+_add = add
+
+
+def add(a, b):
+    return _Int(_add(a, b))
+"""
+
+
 def test_ordinary_package_code_is_not_tampering(tmp_path):
-    v, _, proc = run_strict(tmp_path, ORDINARY)
+    v, _, proc = run_strict(tmp_path, ORDINARY + HONEST_EQUALITY)
     assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]

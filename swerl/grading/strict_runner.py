@@ -154,6 +154,40 @@ def _unwrap(value):
     return value.fget if isinstance(value, property) else value
 
 
+def _probe(value):
+    """A fresh value of ``value``'s builtin type that no honest object of the run equals."""
+    kind = type(value)
+    if kind in (list, tuple, set, frozenset):
+        return kind([object()])
+    if kind is dict:
+        return {object(): object()}
+    return {str: "\x00swerl-probe\x00", bytes: b"\x00swerl-probe\x00", int: -0x5EED5EED5EED5EED,
+            float: -1.2345e-300, complex: complex(-1.2345e-300, 7)}.get(kind)  # fmt: skip
+
+
+def _watch_comparisons(reporter):
+    """Route each passing assertion's comparison to ``reporter.compared`` (pytest calls
+    ``_call_reprcompare`` on a pass only when a ``pytest_assertion_pass`` hook exists); a
+    failing one keeps pytest's own explanation. Installed before the snapshot, so the
+    framework's copy is this one."""
+    from _pytest.assertion import rewrite
+
+    original = rewrite._call_reprcompare
+
+    def _call_reprcompare(ops, results, expls, each_obj):
+        for res in results:
+            try:
+                if not res:
+                    return original(ops, results, expls, each_obj)
+            except Exception:
+                return original(ops, results, expls, each_obj)
+        reporter.compared(ops, each_obj)
+        return expls[-1] if expls else ""
+
+    rewrite._call_reprcompare = _call_reprcompare
+    reporter.pytest_assertion_pass = lambda item, lineno, orig, expl: None
+
+
 def code_file(fn):
     code = getattr(fn, "__code__", None) or getattr(vars(type(fn)).get("__call__"), "__code__", None)
     return getattr(code, "co_filename", "") or ""
@@ -165,7 +199,7 @@ class Reporter:
     def __init__(self, channel, seen, changed, root):
         self.channel, self.seen, self.changed, self.root = channel, seen, changed, root
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
-        self.startup, self.startup_ids, self.results = [], set(), {}
+        self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
 
@@ -204,6 +238,40 @@ class Reporter:
         if not held:
             return "an object no loaded module defines"
         return self._file_why(getattr(mod, "__file__", "") or "")
+
+    def compared(self, ops, operands):
+        """An assertion that passed compared ``operands`` with ``ops``: an operand whose ``==`` or
+        ``!=`` is the change's code (or generated, or written during the run) must not say it
+        equals a value it has never seen (a fresh object, or a fresh value of the other side's
+        type): an object equal to everything passes every test and fixes nothing."""
+        for i, op in enumerate(ops):
+            if op not in ("==", "!="):
+                continue
+            for x, other in ((operands[i], operands[i + 1]), (operands[i + 1], operands[i])):
+                why = self._equal_to_anything(x, other)
+                if why:
+                    self.raised.add(self.current)
+                    self.tampered.append("test " + str(self.current) + " compared " + why)
+                    return
+
+    def _equal_to_anything(self, x, other):
+        cls = type(x)
+        for name, claims in (("__eq__", True), ("__ne__", False)):
+            fn = getattr(cls, name, None)
+            fn = getattr(fn, "__func__", fn)
+            if getattr(fn, "__code__", None) is None:
+                continue  # the builtin comparison: nothing of the change's
+            where = self._file_why(code_file(fn))
+            if not where:
+                continue
+            for probe in (object(), _probe(other)):
+                try:
+                    said = probe is not None and fn(x, probe)
+                except Exception:
+                    continue
+                if said is claims:
+                    return "a " + cls.__name__ + " whose " + name + " says it equals anything (" + where + ")"
+        return ""
 
     def pytest_configure(self, config):
         self.config = config
@@ -425,6 +493,7 @@ def _wrap_call(reporter):
         if "runtest" in getattr(item, "__dict__", {}):  # pytest never sets it; the class's is watched
             why = why or "a runtest set on the item itself"
         why = why or _renamed(item)
+        reporter.current = item.nodeid
         outcome = yield
         if outcome.excinfo is not None or why:
             reporter.raised.add(item.nodeid)
@@ -599,10 +668,13 @@ def main():
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         for name in plugins:
             extra += ["-p", name]
-    seen = snapshot(extra=(__name__,))
+    reporter = Reporter(Channel(pipe_w), None, changed, cwd)
+    if version >= (5, 0):  # the assertion pass hook (pytest 5.0+) shows what a passing assert compared
+        extra += ["-o", "enable_assertion_pass_hook=true"]
+        _watch_comparisons(reporter)
+    reporter.seen = snapshot(extra=(__name__,))
     if mode == "module":  # `python -m pytest` puts the working directory first
         sys.path.insert(0, cwd)
-    reporter = Reporter(Channel(pipe_w), seen, changed, cwd)
     reporter.pytest_runtest_call = _wrap_call(reporter)
     marker = os.path.join(here, "started")  # the file system's own clock (coarser than time())
     open(marker, "w").close()
