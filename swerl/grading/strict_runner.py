@@ -30,8 +30,10 @@ SECTIONS = {
     "tox.ini": "[pytest]",
     "setup.cfg": "[tool:pytest]",
 }
-WATCHED = ("pytest", "_pytest", "pluggy")
-"""Modules whose functions and classes the tested code may not replace."""
+WATCHED = ("pytest", "_pytest", "pluggy", "unittest")
+"""Modules whose functions and classes the tested code may not replace (unittest's too: pytest
+runs ``TestCase`` tests through it, and a failed ``assertEqual`` never reaches pytest as an
+exception)."""
 
 
 class Channel:
@@ -202,6 +204,7 @@ class Reporter:
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
+        self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
 
     def _foreign(self, fn):
         return self._file_why(code_file(fn))
@@ -223,6 +226,38 @@ class Reporter:
                 return "a file written during the run: " + full
         except OSError:
             return "code from a file that does not exist: " + full
+        if full not in self.cached:
+            self.cached[full] = self._cache_why(full)
+        return self.cached[full]
+
+    def _cache_why(self, full):
+        """A bytecode cache of ``full`` written during the run by another process (the code
+        was loaded from it, not from the file): "" if none. Only where the audit hook sees
+        what this process writes itself (Python 3.8+)."""
+        guard = getattr(self, "guard", None)
+        if guard is None or not hasattr(sys, "addaudithook") or not full.endswith(".py"):
+            return ""
+        try:
+            import importlib.util
+
+            where = os.path.dirname(importlib.util.cache_from_source(full))  # honours pycache_prefix
+            names = os.listdir(where)
+        except (OSError, ValueError, NotImplementedError):
+            return ""
+        stem = os.path.basename(full)[:-3] + "."
+        for name in names:
+            path = os.path.join(where, name)
+            if (
+                not (name.startswith(stem) and name.endswith(".pyc"))
+                or os.path.realpath(path) in guard.bytecode
+            ):
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if max(st.st_mtime, st.st_ctime) > self.started:
+                return "bytecode another process wrote during the run: " + path
         return ""
 
     def _plugin_why(self, plugin):
@@ -358,6 +393,8 @@ class Guard:
         "sys._current_frames": "reached other threads' frames",
         "sys.setprofile": "installed a profile hook",
         "sys.settrace": "installed a trace hook",
+        "marshal.loads": "loaded code from bytes (marshal), under whatever file name they carry",
+        "marshal.load": "loaded code from a file through marshal, under whatever file name it carries",
     }
 
     def __init__(self, root, changed, protected, started):
@@ -365,6 +402,7 @@ class Guard:
         self.code_dirs = {root} | {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
         self.changed = {os.path.realpath(os.path.join(root, p)) for p in changed}
         self.tainted, self.found, self.busy, self.cache = set(), [], False, {}
+        self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
 
     def _ours(self, filename):
         hit = self.cache.get(filename)
@@ -383,7 +421,11 @@ class Guard:
         f = sys._getframe(1)
         while f is not None:
             code = f.f_code
-            if importing and code.co_name == "get_code" and code.co_filename.startswith("<frozen importlib"):
+            if (
+                importing
+                and code.co_name == "get_code"
+                and code.co_filename.startswith(("<frozen importlib", "<frozen zipimport"))
+            ):
                 return ""
             if self._ours(code.co_filename):
                 return code.co_filename
@@ -419,10 +461,14 @@ class Guard:
         if event == "open":
             path, mode, flags = args[0], args[1] or "", args[2] or 0
             writes = any(c in str(mode) for c in "wax+") or (flags & (os.O_WRONLY | os.O_RDWR))
+            if writes and isinstance(path, str) and path.endswith(".pyc"):
+                self.bytecode.add(os.path.realpath(path))
             if not writes or not self._protected(path):
                 return
             what = "wrote " + str(path)
         elif event in ("os.rename", "os.link", "os.symlink"):
+            if event == "os.rename" and isinstance(args[1], str) and args[1].endswith(".pyc"):
+                self.bytecode.add(os.path.realpath(args[1]))
             if not any(self._protected(p) for p in args[:2]):
                 return
             what = "moved or linked onto " + str(args[1])
@@ -448,7 +494,7 @@ class Guard:
             return
         else:
             what = self.REACH[event]
-        who = self.culprit(importing=event in ("open", "os.rename"))
+        who = self.culprit(importing=event in ("open", "os.rename", "marshal.loads", "marshal.load"))
         if who:
             self.found.append("the change's code (" + who + ") " + what)
 
@@ -672,6 +718,8 @@ def main():
     if version >= (5, 0):  # the assertion pass hook (pytest 5.0+) shows what a passing assert compared
         extra += ["-o", "enable_assertion_pass_hook=true"]
         _watch_comparisons(reporter)
+    import unittest  # noqa: F401  (watched: pytest imports it anyway)
+
     reporter.seen = snapshot(extra=(__name__,))
     if mode == "module":  # `python -m pytest` puts the working directory first
         sys.path.insert(0, cwd)
