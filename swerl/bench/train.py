@@ -236,6 +236,7 @@ def run_async(
             if produced >= 4 * alone:
                 break
         env_alone = (time.perf_counter() - t1) * envs / max(1, produced)
+        pools = _pool_stats(runner)
     gen = sum(gen_seconds[g0:])
     # generation runs beside the trainer here: the trainer's time is its waits and its updates
     row = _row("async", len(taken), envs, wall, 0.0, wait, _grading_share(taken))
@@ -245,10 +246,20 @@ def run_async(
     print(f"async: {stale} stale episodes re-run (max_staleness {staleness}); the sampler generated "
           f"{gen:.1f} s beside the trainer; {sum(busy) / max(1, len(busy)):.1f} of {envs} episodes "
           f"in flight (mean) while the trainer computed")  # fmt: skip
+    print(f"async: warm agent sandboxes {pools['hits']} hits, {pools['misses']} misses over the run; "
+          f"{runner.stats['reservations_taken']} reserved items run by another slot")  # fmt: skip
     print(f"async: the envs alone (trainer idle) produce a batch of {envs} in {env_alone:.1f} s, the trainer "
           f"consumes one in {trainer:.1f} s: even with perfect overlap it waits at least "
           f"{floor:.0f}% of the time")  # fmt: skip
     return row, floor
+
+
+def _pool_stats(runner: Any) -> dict[str, int]:
+    """The agent pools' hits and misses over the runner's actors."""
+    import ray
+
+    stats = ray.get([h.pool_stats.remote() for h in runner._actors.values()])
+    return {k: sum(s["agent"].get(k, 0) for s in stats) for k in ("hits", "misses")}
 
 
 def _grpo_step(model: Any, opt: Any, group: list[Episode], step: bool = True) -> None:
