@@ -241,6 +241,28 @@ class TestAdd(unittest.TestCase):
 """
 
 
+EQUAL_IN_A_LIST = (
+    "\n\nclass _Any:\n    def __eq__(self, other):\n        return True\n\n\n_add = add\nadd = lambda a, b: _Any()\n",
+    "from pkg import add\n\n\ndef test_add():\n    assert [add(1, 2)] == [3]\n\n\n"
+    "def test_zero():\n    assert {'sum': (add(0, 0),)} == {'sum': (0,)}\n",
+)
+TESTCASE_EQUAL = (
+    "\n\nclass _Any(int):\n    def __eq__(self, other):\n        return True\n\n\n_add = add\n"
+    "add = lambda a, b: _Any(_add(a, b))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("tail", "tests"), [(*EQUAL_IN_A_LIST,), (TESTCASE_EQUAL, "UNITTEST")], ids=["in-containers", "testcase"]
+)
+def test_a_value_equal_to_anything_is_refused_wherever_it_is_compared(tmp_path, tail, tests):
+    v, _, proc = run_strict(tmp_path, tail, UNITTEST_TESTS if tests == "UNITTEST" else tests)
+    assert any("compared a _Any whose __eq__ says it equals anything" in r for r in v.refused), (
+        v.refused,
+        proc.stdout[-2000:],
+    )
+
+
 def test_unittest_is_watched_like_pytest(tmp_path):
     """A TestCase's failed assert is caught by unittest, not seen by pytest's call: the
     package making ``assertEqual`` a no-op is a framework change, recorded."""

@@ -167,6 +167,10 @@ def _probe(value):
             float: -1.2345e-300, complex: complex(-1.2345e-300, 7)}.get(kind)  # fmt: skip
 
 
+COMPARED_BUDGET = 256
+"""Values looked at per comparison of a passing assertion (operands and their elements)."""
+
+
 def _watch_comparisons(reporter):
     """Route each passing assertion's comparison to ``reporter.compared`` (pytest calls
     ``_call_reprcompare`` on a pass only when a ``pytest_assertion_pass`` hook exists); a
@@ -190,6 +194,26 @@ def _watch_comparisons(reporter):
     reporter.pytest_assertion_pass = lambda item, lineno, orig, expl: None
 
 
+def _watch_unittest(reporter):
+    """A ``TestCase``'s ``assertEqual`` / ``assertNotEqual`` that passed show the runner what they
+    compared, as a passing ``assert`` does (installed before the snapshot)."""
+    import unittest
+
+    for name, op in (("assertEqual", "=="), ("assertNotEqual", "!=")):
+        _watch_assert(unittest.TestCase, name, op, reporter)
+
+
+def _watch_assert(case, name, op, reporter):
+    original = getattr(case, name)
+
+    def checked(self, first, second, *args, **kwargs):
+        original(self, first, second, *args, **kwargs)
+        reporter.compared((op,), (first, second))
+
+    checked.__name__, checked.__doc__ = name, original.__doc__
+    setattr(case, name, checked)
+
+
 def code_file(fn):
     code = getattr(fn, "__code__", None) or getattr(vars(type(fn)).get("__call__"), "__code__", None)
     return getattr(code, "co_filename", "") or ""
@@ -202,6 +226,7 @@ class Reporter:
         self.channel, self.seen, self.changed, self.root = channel, seen, changed, root
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
+        self.eq_code = {}  # type -> [(name, claims, function, why)] of its change-made comparisons
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
         self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
@@ -278,27 +303,49 @@ class Reporter:
         """An assertion that passed compared ``operands`` with ``ops``: an operand whose ``==`` or
         ``!=`` is the change's code (or generated, or written during the run) must not say it
         equals a value it has never seen (a fresh object, or a fresh value of the other side's
-        type): an object equal to everything passes every test and fixes nothing."""
+        type): an object equal to everything passes every test and fixes nothing. Elements of
+        builtin containers are looked at too (a list's ``==`` asks its elements), up to
+        :data:`COMPARED_BUDGET` values per comparison."""
         for i, op in enumerate(ops):
             if op not in ("==", "!="):
                 continue
-            for x, other in ((operands[i], operands[i + 1]), (operands[i + 1], operands[i])):
-                why = self._equal_to_anything(x, other)
-                if why:
-                    self.raised.add(self.current)
-                    self.tampered.append("test " + str(self.current) + " compared " + why)
-                    return
+            why = self._anything_equal(operands[i], operands[i + 1]) or self._anything_equal(
+                operands[i + 1], operands[i]
+            )
+            if why:
+                self.raised.add(self.current)
+                self.tampered.append("test " + str(self.current) + " compared " + why)
+                return
+
+    def _anything_equal(self, value, other):
+        todo, budget = [(value, other)], COMPARED_BUDGET
+        while todo and budget > 0:
+            x, o = todo.pop()
+            budget -= 1
+            why = self._equal_to_anything(x, o)
+            if why:
+                return why
+            kind = type(x)
+            if kind in (list, tuple) and type(o) in (list, tuple):
+                todo.extend(zip(x[:budget], o[:budget]))  # noqa: B905 (3.6 syntax)
+            elif kind is dict and type(o) is dict:
+                todo.extend((v, o.get(k)) for k, v in list(x.items())[:budget])
+            elif kind in (list, tuple, set, frozenset, dict):
+                todo.extend((v, None) for v in list(x.values() if kind is dict else x)[:budget])
+        return ""
 
     def _equal_to_anything(self, x, other):
         cls = type(x)
-        for name, claims in (("__eq__", True), ("__ne__", False)):
-            fn = getattr(cls, name, None)
-            fn = getattr(fn, "__func__", fn)
-            if getattr(fn, "__code__", None) is None:
-                continue  # the builtin comparison: nothing of the change's
-            where = self._file_why(code_file(fn))
-            if not where:
-                continue
+        found = self.eq_code.get(cls)
+        if found is None:  # once per type: which of its comparisons are the change's code
+            found = self.eq_code[cls] = []
+            for name, claims in (("__eq__", True), ("__ne__", False)):
+                fn = getattr(cls, name, None)
+                fn = getattr(fn, "__func__", fn)
+                where = self._file_why(code_file(fn)) if getattr(fn, "__code__", None) is not None else ""
+                if where:
+                    found.append((name, claims, fn, where))
+        for name, claims, fn, where in found:
             for probe in (object(), _probe(other)):
                 try:
                     said = probe is not None and fn(x, probe)
@@ -718,7 +765,7 @@ def main():
     if version >= (5, 0):  # the assertion pass hook (pytest 5.0+) shows what a passing assert compared
         extra += ["-o", "enable_assertion_pass_hook=true"]
         _watch_comparisons(reporter)
-    import unittest  # noqa: F401  (watched: pytest imports it anyway)
+    _watch_unittest(reporter)  # imports unittest (watched; pytest imports it anyway)
 
     reporter.seen = snapshot(extra=(__name__,))
     if mode == "module":  # `python -m pytest` puts the working directory first
