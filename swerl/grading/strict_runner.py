@@ -15,8 +15,6 @@ What the tested code can still do from inside this process is in the README
 ("What code inside the test process can still do").
 """
 
-import hashlib
-import hmac
 import json
 import operator
 import os
@@ -49,28 +47,27 @@ class Channel:
 
 class Signer:
     """The supervisor's side: append-only records, each MAC chained to the one before (a
-    dropped or forged line breaks it)."""
+    dropped or forged line breaks it). hashlib and hmac are imported here, in the parent after
+    the fork, not before it: the test process never needs them."""
 
     def __init__(self, fd, key):
+        import hashlib
+        import hmac
+
         self.fd, self.key, self.mac, self.seq = fd, key, "", 0
+        digest = getattr(hmac, "digest", None)  # one C call on 3.7+
+        if digest is not None:
+            self.hexmac = lambda data: digest(key, data, "sha256").hex()
+        else:
+            self.hexmac = lambda data: hmac.new(key, data, hashlib.sha256).hexdigest()
 
     def write(self, record):
         record = dict(record, seq=self.seq)
         payload = json.dumps(record, sort_keys=True)
-        self.mac = _mac(self.key, (self.mac + payload).encode())
+        self.mac = self.hexmac((self.mac + payload).encode())
         # what json.dumps({"r": record, "mac": mac}, sort_keys=True) gives, without a second encode
         os.write(self.fd, ('{"mac": "' + self.mac + '", "r": ' + payload + "}\n").encode())
         self.seq += 1
-
-
-def _mac(key, data):
-    """HMAC-SHA256 hex digest (one C call on 3.7+, where ``hmac.digest`` exists)."""
-    if _DIGEST is not None:
-        return _DIGEST(key, data, "sha256").hex()
-    return hmac.new(key, data, hashlib.sha256).hexdigest()
-
-
-_DIGEST = getattr(hmac, "digest", None)
 
 
 def snapshot(extra=()):
