@@ -36,6 +36,7 @@ from swerl.grading.channel import (
     RUNNER_SOURCE,
     RunDir,
     Verdict,
+    config_files,
     read_verdict,
     runs_pytest,
     setup_command,
@@ -141,7 +142,7 @@ def evaluate(
         run = None
         if integrity is not None:
             t = time.monotonic()
-            changed = _enforce_allowlist(sb, instance, before, integrity)
+            changed, tracked = _enforce_allowlist(sb, instance, before, integrity)
             timings["allowlist"] = time.monotonic() - t
             run = RunDir.new()
         t = time.monotonic()
@@ -149,7 +150,8 @@ def evaluate(
             _write(sb, EVAL_SCRIPT_PATH, spec.eval_script.encode())
             command = f"/bin/bash {EVAL_SCRIPT_PATH}"
         else:  # the runner's directory is filled by the same command that runs the script
-            command = _write_run_dir(sb, instance, run, changed, strict_script(spec.eval_script, run))
+            script = strict_script(spec.eval_script, run)
+            command = _write_run_dir(sb, instance, run, changed, script, config_files(tracked))
         r = sb.execute(command, cwd=CONTAINER_WORKDIR, timeout=timeout)
         timings["eval"] = time.monotonic() - t
         if run is not None and r.output.startswith(_SETUP_FAILED):
@@ -264,8 +266,9 @@ def _importable(sb: Sandbox, names: set[str]) -> set[str]:
 
 def _enforce_allowlist(
     sb: Sandbox, instance: Instance, before: dict[str, Entry], integrity: Integrity
-) -> list[str]:
-    """Revert what the allowlist refuses; record why. -> the accepted changed paths."""
+) -> tuple[list[str], set[str]]:
+    """Revert what the allowlist refuses; record why. -> (the accepted changed paths, the
+    paths the base commit tracks)."""
     base = instance.base_commit
     after, tracked = _list_tree(sb, base)
     change = classify(before, after, tracked, instance_test_files(instance.test_patch))
@@ -290,7 +293,7 @@ def _enforce_allowlist(
         _revert(sb, base, ignored, tracked)
     integrity.reverted.update(change.revert)
     integrity.refused += [f"{p}: {why} (cannot be restored)" for p, why in change.refuse.items()]
-    return change.accepted
+    return change.accepted, tracked
 
 
 _SETUP_FAILED = "swerl: the strict runner's directory could not be prepared"
@@ -298,31 +301,46 @@ _SETUP_FAILED = "swerl: the strict runner's directory could not be prepared"
 (the script's own output starts with its ``set -x`` trace, never with this)."""
 
 
-def _write_run_dir(sb: Sandbox, instance: Instance, run: RunDir, changed: list[str], script: str) -> str:
-    """Write the strict runner, its key, the changed paths and the eval script as one archive
-    (one write); -> the command that unpacks it, mirrors the base commit's config files
-    outside the repository, then runs the script (one round trip for all of it)."""
+def _write_run_dir(
+    sb: Sandbox, instance: Instance, run: RunDir, changed: list[str], script: str, configs: list[str]
+) -> str:
+    """Write the strict runner, its key, the changed paths, the eval script and the directories
+    of the base commit's config mirror as one archive (one write); -> the command that unpacks
+    it, fills the mirror (``channel.setup_command``), then runs the script (one round trip for
+    all of it)."""
     buf = io.BytesIO()
+    name = os.path.basename(run.path)
+    dirs = {"", "base"} | {f"base/{parent}" for p in configs for parent in _parents(p)}
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in (
+        for sub in sorted(dirs):
+            info = tarfile.TarInfo(f"{name}/{sub}".rstrip("/"))
+            info.type, info.mode = tarfile.DIRTYPE, 0o700
+            tar.addfile(info)
+        for member, data in (
             ("run.py", RUNNER_SOURCE.read_bytes()),
             ("key", run.key.encode()),
             ("changed.json", json.dumps(changed).encode("utf-8", "surrogateescape")),
             ("eval.sh", script.encode()),
         ):
-            info = tarfile.TarInfo(name)
+            info = tarfile.TarInfo(f"{name}/{member}")
             info.size, info.mode = len(data), 0o600
             tar.addfile(info, io.BytesIO(data))
     d = shlex.quote(run.path)
     _write(sb, f"{run.path}.tar", buf.getvalue())
     setup = (
-        f"mkdir -p {d} && tar -C {d} -xf {d}.tar && rm -f {d}.tar && "
-        f"{{ {setup_command(run, instance.base_commit)}; }} >{d}/setup.log 2>&1"
+        f"tar -C {shlex.quote(os.path.dirname(run.path))} -xf {d}.tar && rm -f {d}.tar && "
+        f"{{ {setup_command(run, instance.base_commit, configs)}; }} >{d}/setup.log 2>&1"
     )
     return (
         f"if ! {{ {setup}; }}; then echo {shlex.quote(_SETUP_FAILED)}; cat {d}/setup.log; exit 1; fi; "
         f"{STRICT_PREFIX}/bin/bash {d}/eval.sh"
     )
+
+
+def _parents(path: str) -> list[str]:
+    """``a/b/c`` -> ``["a", "a/b"]``: the directories a path needs."""
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def _write(sb: Sandbox, path: str, data: bytes) -> None:
