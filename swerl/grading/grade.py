@@ -131,7 +131,10 @@ def evaluate(
             before = _scrub_and_list(sb)
             timings["scrub"] = time.monotonic() - t
             t = time.monotonic()
-        applied, apply_output, apply_command = (True, "", "") if not patch else _apply(sb, patch, strict)
+        listing = _tree_command(instance.base_commit) if strict else ""
+        applied, apply_output, apply_command, listed = (
+            (True, "", "", None) if not patch else _apply(sb, patch, strict, then=listing)
+        )
         timings["apply"] = time.monotonic() - t
         if integrity is not None and _GIT_WRITTEN in apply_output:
             integrity.reverted[".git"] = (
@@ -142,7 +145,7 @@ def evaluate(
         run = None
         if integrity is not None:
             t = time.monotonic()
-            changed, tracked = _enforce_allowlist(sb, instance, before, integrity)
+            changed, tracked = _enforce_allowlist(sb, instance, before, integrity, listed)
             timings["allowlist"] = time.monotonic() - t
             run = RunDir.new()
         t = time.monotonic()
@@ -184,26 +187,33 @@ def _read_bytes(sb: Sandbox, path: str) -> bytes | None:
 _SPLIT = b"\0//SWERL-SPLIT//\0"  # no path either listing can print: separates the two
 
 
-def _list_tree(sb: Sandbox, base: str = "") -> Any:
+def _tree_command(base: str = "") -> str:
+    """:data:`LIST_TREE`; with ``base``, then the paths it tracks (after :data:`_SPLIT`)."""
+    if not base:
+        return LIST_TREE
+    return (
+        f"{{ {LIST_TREE} && printf '\\0//SWERL-SPLIT//\\0' && "
+        f"git -c core.hooksPath=/dev/null ls-tree -r -z --name-only {shlex.quote(base)}; }}"
+    )
+
+
+def _list_tree(sb: Sandbox, base: str = "", raw: bytes | None = None) -> Any:
     """The repository's entries (``.git`` included); with ``base``, also the paths it tracks.
 
-    Read from the command's output; one too long for the output cap is written to a file
-    and read back whole, so a listing is never cut."""
-    cmd = LIST_TREE
-    if base:
-        cmd = (
-            f"{{ {LIST_TREE} && printf '\\0//SWERL-SPLIT//\\0' && "
-            f"git -c core.hooksPath=/dev/null ls-tree -r -z --name-only {shlex.quote(base)}; }}"
-        )
-    r = sb.execute(cmd, cwd=CONTAINER_WORKDIR)
-    raw = r.raw
-    if r.ok and r.truncated:
-        out = f"/tmp/.swerl-tree-{secrets.token_hex(6)}"
-        r = sb.execute(f"{cmd} > {out}", cwd=CONTAINER_WORKDIR)
-        raw = sb.read_file(out) if r.ok else b""
-        sb.execute(f"rm -f {out}", cwd="/")
-    if not r.ok:
-        raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
+    Read from the command's output (``raw``: the output of :func:`_tree_command`, already
+    read whole by the apply step's command); one too long for the output cap is written to a
+    file and read back whole, so a listing is never cut."""
+    cmd = _tree_command(base)
+    if raw is None:
+        r = sb.execute(cmd, cwd=CONTAINER_WORKDIR)
+        raw = r.raw
+        if r.ok and r.truncated:
+            out = f"/tmp/.swerl-tree-{secrets.token_hex(6)}"
+            r = sb.execute(f"{cmd} > {out}", cwd=CONTAINER_WORKDIR)
+            raw = sb.read_file(out) if r.ok else b""
+            sb.execute(f"rm -f {out}", cwd="/")
+        if not r.ok:
+            raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
     if not base:
         return parse_listing(raw)
     listing, _, tracked = raw.partition(_SPLIT)
@@ -265,12 +275,17 @@ def _importable(sb: Sandbox, names: set[str]) -> set[str]:
 
 
 def _enforce_allowlist(
-    sb: Sandbox, instance: Instance, before: dict[str, Entry], integrity: Integrity
+    sb: Sandbox,
+    instance: Instance,
+    before: dict[str, Entry],
+    integrity: Integrity,
+    listed: bytes | None = None,
 ) -> tuple[list[str], set[str]]:
-    """Revert what the allowlist refuses; record why. -> (the accepted changed paths, the
-    paths the base commit tracks)."""
+    """Revert what the allowlist refuses; record why (``listed``: the after-apply listing, when
+    the apply step's command read it). -> (the accepted changed paths, the paths the base
+    commit tracks)."""
     base = instance.base_commit
-    after, tracked = _list_tree(sb, base)
+    after, tracked = _list_tree(sb, base, listed)
     change = classify(before, after, tracked, instance_test_files(instance.test_patch))
     for name in _importable(sb, change.created_roots):
         for p in list(change.accepted):
@@ -374,12 +389,21 @@ rm -rf "$s"; exit $rc
 )
 
 
-def _apply(sb: Sandbox, patch: str, strict: bool = False) -> tuple[bool, str, str]:
+_APPLIED = b"\0//SWERL-APPLIED//\0"
+"""Separates the apply command's own output from the listing run after it (neither a
+``find -printf '%P'`` name nor a tracked path can hold it; the last one counts)."""
+
+
+def _apply(
+    sb: Sandbox, patch: str, strict: bool = False, then: str = ""
+) -> tuple[bool, str, str, bytes | None]:
     """The harness's fallback chain, then its "already applied" reverse check.
 
     Strict mode runs the chain's ``patch`` step (which, unlike ``git apply``, would
-    write into ``.git``) in a scratch copy of HEAD (:data:`SCRATCH_PATCH`).
-    -> (applied, every attempt's output, the command that applied it or "")."""
+    write into ``.git``) in a scratch copy of HEAD (:data:`SCRATCH_PATCH`). ``then``: a
+    command run right after a successful apply in the same round trip, its output read whole.
+    -> (applied, every attempt's output, the command that applied it or "", ``then``'s output
+    or None when it was not read whole)."""
     _write(sb, CONTAINER_PATCH_FILE, patch.encode())
     out = ""
     for attempt, cmd in enumerate(GIT_APPLY_CMDS):
@@ -389,15 +413,23 @@ def _apply(sb: Sandbox, patch: str, strict: bool = False) -> tuple[bool, str, st
         if strict and not cmd.startswith("git "):
             scratch = shlex.quote(f"/tmp/.swerl-patch-{secrets.token_hex(8)}")
             run = f"bash -c {shlex.quote(SCRATCH_PATCH)} scratch {scratch} {run}"
+        if then:
+            run = f"{run}; rc=$?; if [ $rc -eq 0 ]; then printf '\\0//SWERL-APPLIED//\\0'; {then} || rc=124; fi; exit $rc"
         r = sb.execute(run, cwd=CONTAINER_WORKDIR)
+        raw, listed = r.raw, None
+        if then and _APPLIED in raw:
+            raw, _, tail = raw.rpartition(_APPLIED)
+            listed = tail if r.ok and not r.truncated else None
         if strict and r.returncode == 125:
             raise SandboxError(f"cannot run the patch fallback in a scratch copy: {r.output[-500:]}")
-        out += f"$ {cmd}\n{r.output}"
+        if then and r.returncode == 124 and _APPLIED in r.raw:
+            raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
+        out += f"$ {cmd}\n{raw.decode('utf-8', errors='replace')}"
         if r.ok:
-            return True, out, cmd
+            return True, out, cmd, listed
     reverse = "git apply --check --reverse"
     r = sb.execute(f"{reverse} {CONTAINER_PATCH_FILE}", cwd=CONTAINER_WORKDIR)
-    return r.ok, out, reverse if r.ok else ""
+    return r.ok, out, reverse if r.ok else "", None
 
 
 def judge(instance: Instance, patch: str, text: str) -> tuple[GradeStatus, dict[str, str], dict[str, Any]]:
