@@ -127,14 +127,20 @@ def evaluate(
         timings["start"] = time.monotonic() - t
         t = time.monotonic()
         before: dict[str, Entry] = {}
-        if integrity is not None:
+        first, then, before_file = "", "", ""
+        if integrity is not None and not patch:
             before = _scrub_and_list(sb)
             timings["scrub"] = time.monotonic() - t
             t = time.monotonic()
-        listing = _tree_command(instance.base_commit) if strict else ""
+        elif integrity is not None:  # scrub and first listing in the apply command: one round trip
+            before_file = f"/tmp/.swerl-before-{secrets.token_hex(8)}"
+            first = f"{{ {_scrub_and_list_command()}; }} > {before_file} 2>&1"
+            then = _tree_command(instance.base_commit)
         applied, apply_output, apply_command, listed = (
-            (True, "", "", None) if not patch else _apply(sb, patch, strict, then=listing)
+            (True, "", "", None) if not patch else _apply(sb, patch, strict, then=then, first=first)
         )
+        if before_file:
+            before = _scrub_and_list(sb, _read_bytes(sb, before_file) or b"")
         timings["apply"] = time.monotonic() - t
         if integrity is not None and _GIT_WRITTEN in apply_output:
             integrity.reverted[".git"] = (
@@ -220,21 +226,27 @@ def _list_tree(sb: Sandbox, base: str = "", raw: bytes | None = None) -> Any:
     return parse_listing(listing), {p.decode("utf-8", "surrogateescape") for p in tracked.split(b"\0") if p}
 
 
-def _scrub_and_list(sb: Sandbox) -> dict[str, Entry]:
-    """Drop the history past the base commit (:data:`SCRUB_SCRIPT`), then list the tree:
-    one command, one round trip. Raises SandboxError when either fails."""
-    r = sb.execute(
+def _scrub_and_list_command() -> str:
+    """Drop the history past the base commit (:data:`SCRUB_SCRIPT`), then list the tree."""
+    return (
         f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {shlex.quote(CONTAINER_WORKDIR)} && "
-        f"printf '\\0//SWERL-SPLIT//\\0' && {LIST_TREE}",
-        cwd=CONTAINER_WORKDIR,
-        timeout=600.0,
+        f"printf '\\0//SWERL-SPLIT//\\0' && {LIST_TREE}"
     )
-    said, split, listing = r.raw.partition(_SPLIT)
+
+
+def _scrub_and_list(sb: Sandbox, raw: bytes | None = None) -> dict[str, Entry]:
+    """Run :func:`_scrub_and_list_command` (one round trip), or read ``raw``: its output, which
+    the apply step's command wrote to a file. Raises SandboxError when either step failed."""
+    truncated = False
+    if raw is None:
+        r = sb.execute(_scrub_and_list_command(), cwd=CONTAINER_WORKDIR, timeout=600.0)
+        raw, truncated = r.raw, r.truncated
+        if not r.ok and _SPLIT in raw:
+            raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
+    said, split, listing = raw.partition(_SPLIT)
     if not split or said.decode(errors="replace").strip().splitlines()[-1:] not in (["clean"], ["scrubbed"]):
-        raise SandboxError(f"cannot scrub the git history (exit {r.returncode}): {r.output[-500:]}")
-    if not r.ok:
-        raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
-    return _list_tree(sb) if r.truncated else parse_listing(listing)
+        raise SandboxError(f"cannot scrub the git history: {raw[-500:].decode(errors='replace')}")
+    return _list_tree(sb) if truncated else parse_listing(listing)
 
 
 def _nul_list(paths: list[str]) -> bytes:
@@ -343,11 +355,11 @@ def _write_run_dir(
     d = shlex.quote(run.path)
     _write(sb, f"{run.path}.tar", buf.getvalue())
     setup = (
-        f"tar -C {shlex.quote(os.path.dirname(run.path))} -xf {d}.tar && rm -f {d}.tar && "
-        f"{{ {setup_command(run, instance.base_commit, configs)}; }} >{d}/setup.log 2>&1"
+        f"{{ tar -C {shlex.quote(os.path.dirname(run.path))} -xf {d}.tar && rm -f {d}.tar && "
+        f"{setup_command(run, instance.base_commit, configs)}; }} >{d}.log 2>&1"
     )
     return (
-        f"if ! {{ {setup}; }}; then echo {shlex.quote(_SETUP_FAILED)}; cat {d}/setup.log; exit 1; fi; "
+        f"if ! {{ {setup}; }}; then echo {shlex.quote(_SETUP_FAILED)}; cat {d}.log; exit 1; fi; "
         f"{STRICT_PREFIX}/bin/bash {d}/eval.sh"
     )
 
@@ -389,21 +401,24 @@ rm -rf "$s"; exit $rc
 )
 
 
+_APPLYING = b"\0//SWERL-APPLYING//\0"
+"""Printed once the ``first`` step succeeded, right before the first apply attempt."""
 _APPLIED = b"\0//SWERL-APPLIED//\0"
 """Separates the apply command's own output from the listing run after it (neither a
 ``find -printf '%P'`` name nor a tracked path can hold it; the last one counts)."""
 
 
 def _apply(
-    sb: Sandbox, patch: str, strict: bool = False, then: str = ""
+    sb: Sandbox, patch: str, strict: bool = False, then: str = "", first: str = ""
 ) -> tuple[bool, str, str, bytes | None]:
     """The harness's fallback chain, then its "already applied" reverse check.
 
     Strict mode runs the chain's ``patch`` step (which, unlike ``git apply``, would
     write into ``.git``) in a scratch copy of HEAD (:data:`SCRATCH_PATCH`). ``then``: a
-    command run right after a successful apply in the same round trip, its output read whole.
-    -> (applied, every attempt's output, the command that applied it or "", ``then``'s output
-    or None when it was not read whole)."""
+    command run right after a successful apply in the same round trip, its output read whole;
+    ``first``: one run before the first attempt in its round trip (its output must go to a file),
+    the apply only if it succeeds. -> (applied, every attempt's output, the command that applied
+    it or "", ``then``'s output or None when it was not read whole)."""
     _write(sb, CONTAINER_PATCH_FILE, patch.encode())
     out = ""
     for attempt, cmd in enumerate(GIT_APPLY_CMDS):
@@ -415,14 +430,22 @@ def _apply(
             run = f"bash -c {shlex.quote(SCRATCH_PATCH)} scratch {scratch} {run}"
         if then:
             run = f"{run}; rc=$?; if [ $rc -eq 0 ]; then printf '\\0//SWERL-APPLIED//\\0'; {then} || rc=124; fi; exit $rc"
+        if first and not attempt:
+            run = f"{first} && printf '\\0//SWERL-APPLYING//\\0' && {{ {run}; }}"
         r = sb.execute(run, cwd=CONTAINER_WORKDIR)
         raw, listed = r.raw, None
+        if first and not attempt:
+            if _APPLYING not in raw:
+                raise SandboxError(
+                    f"cannot scrub or list the repository (exit {r.returncode}): {r.output[-500:]}"
+                )
+            raw = raw.partition(_APPLYING)[2]
         if then and _APPLIED in raw:
             raw, _, tail = raw.rpartition(_APPLIED)
             listed = tail if r.ok and not r.truncated else None
         if strict and r.returncode == 125:
             raise SandboxError(f"cannot run the patch fallback in a scratch copy: {r.output[-500:]}")
-        if then and r.returncode == 124 and _APPLIED in r.raw:
+        if then and r.returncode == 124 and _APPLIED in raw:
             raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
         out += f"$ {cmd}\n{raw.decode('utf-8', errors='replace')}"
         if r.ok:
