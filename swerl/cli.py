@@ -92,6 +92,7 @@ def cmd_tasks_synth(args: argparse.Namespace) -> int:
     report = synthesize(
         args.repos, args.out, methods=methods, max_candidates=args.max_candidates,
         per_function=args.per_function, workers=args.workers, use_ray=not args.no_ray, writer=writer,
+        minutes=args.minutes,
     )  # fmt: skip
     lines = [
         f"{r.repo}: {r.method_counts} {('error: ' + r.error) if r.error else ''}".rstrip()
@@ -476,6 +477,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-function", type=int, default=3, help="mutants sampled per function")
     p.add_argument("--workers", type=int, default=2, help="sandboxes at once")
     p.add_argument("--no-ray", action="store_true", help="threads of this process instead of Ray tasks")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="time budget: no batch of candidates starts past it, those in flight finish",
+    )
     p.add_argument(
         "--model-url", help="OpenAI-compatible /v1 URL writing problem statements (default: template)"
     )

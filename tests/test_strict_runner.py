@@ -151,6 +151,22 @@ _t.join()
 """
 
 
+BACKDATED = """
+import os as _os, sys as _sys, tempfile as _tempfile
+
+_d = _tempfile.mkdtemp()
+with open(_os.path.join(_d, "_old_helper.py"), "w") as _f:  # a runner patch in a module written now
+    _f.write(
+        "import _pytest.python as p\\n_run = p.Function.runtest\\n"
+        "def runtest(self):\\n    try:\\n        _run(self)\\n    except Exception:\\n        pass\\n"
+        "p.Function.runtest = runtest\\n"
+    )
+_os.utime(_os.path.join(_d, "_old_helper.py"), (1e9, 1e9))  # ... dated 2001: only its ctime tells
+_sys.path.insert(0, _d)
+import _old_helper  # noqa: E402
+"""
+
+
 @pytest.mark.parametrize(
     ("tail", "reason"),
     [
@@ -172,8 +188,18 @@ _t.join()
             '        os.write(int(_fd), b"not a record\\n")\n',
             "not the runner's record",
         ),
+        (BACKDATED, "modified during the run: _pytest.python.Function.runtest"),
     ],
-    ids=["gc", "profile", "pipe-forge", "code-swap", "forged-filename", "thread-code-swap", "pipe-garbage"],
+    ids=[
+        "gc",
+        "profile",
+        "pipe-forge",
+        "code-swap",
+        "forged-filename",
+        "thread-code-swap",
+        "pipe-garbage",
+        "backdated-module",
+    ],
 )
 def test_in_process_tampering_is_recorded(tmp_path, tail, reason):
     v, _, proc = run_strict(tmp_path, tail)

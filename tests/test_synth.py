@@ -161,3 +161,85 @@ def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path,
         for image in images:
             with contextlib.suppress(Exception):
                 docker_client.images.remove(image, force=True)
+
+
+TINY = {
+    "tiny/__init__.py": "",
+    "tiny/calc.py": (
+        "def add(a, b):\n    return a + b\n\n\n"
+        "def clamp(x, lo, hi):\n    if x < lo:\n        return lo\n    if x > hi:\n        return hi\n    return x\n"
+    ),
+    "tests/test_calc.py": (
+        "from tiny.calc import add, clamp\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+        "def test_clamp_high():\n    assert clamp(5, 0, 3) == 3\n\n\n"
+        "def test_clamp_low():\n    assert clamp(-1, 0, 3) == 0\n\n\n"
+        "def test_clamp_inside():\n    assert clamp(2, 0, 3) == 2\n"
+    ),
+}
+
+
+@pytest.fixture
+def tiny_repo(tmp_path):
+    root = tmp_path / "tiny-src"
+    for rel, text in TINY.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_a_budget_counts_what_was_validated_within_it():
+    """The rate under a budget is the count validated by its end, not what finished after."""
+    from swerl.bench.synth import budget_figures
+    from swerl.tasks.synth.pipeline import RepoReport, SynthReport
+
+    rep = SynthReport("x", [RepoReport("a", validated_at=[10.0, 59.9]), RepoReport("b", validated_at=[60.1])])
+    rep.validated, rep.seconds, rep.budget_seconds = 3, 75.0, 60.0
+    assert rep.validated_in_budget == 2
+    assert budget_figures(rep) == {
+        "budget_seconds": 60.0,
+        "validated_in_budget": 2,
+        "validated_in_budget_per_hour": 120,
+        "drain_seconds": 15.0,
+    }
+    rep.budget_seconds = None
+    assert rep.validated_in_budget == 3 and budget_figures(rep) == {}
+
+
+def test_a_budget_must_be_positive(tmp_path):
+    from swerl.errors import ConfigError
+    from swerl.tasks.synth import synthesize
+
+    with pytest.raises(ConfigError, match="minutes must be positive"):
+        synthesize(["nowhere"], tmp_path / "out", minutes=0, use_ray=False)
+
+
+@pytest.mark.timeout(900)
+def test_no_candidate_starts_past_the_budget_and_within_it_tasks_validate(tiny_repo, tmp_path, docker_client):
+    """A budget spent before the first batch probes nothing; a budget with room validates tasks
+    (gold resolves, no patch fails exactly FAIL_TO_PASS, one container per check), each stamped
+    with its validation time inside the budget."""
+    from swerl.grading import docker_factory, grade
+    from swerl.tasks.sources import load_tasks
+    from swerl.tasks.synth import synthesize
+
+    kw = dict(methods=("inject",), use_ray=False, workers=1, batch=4, per_function=2, workdir=tmp_path / "w")
+    spent = synthesize([str(tiny_repo)], tmp_path / "spent", minutes=1e-4, **kw)
+    counts = spent.per_method()["inject"]
+    assert counts["generated"] > 0 and counts["covered"] > 0, counts
+    assert counts.get("candidates", 0) == 0 and spent.validated == spent.validated_in_budget == 0
+    assert load_tasks(tmp_path / "spent" / "tasks.jsonl") == []
+
+    report = synthesize([str(tiny_repo)], tmp_path / "suite", minutes=10, **kw)
+    insts = load_tasks(tmp_path / "suite" / "tasks.jsonl")
+    try:
+        assert report.validated == len(insts) >= 2, report.to_dict()
+        assert report.validated_in_budget == report.validated
+        (rr,) = report.repos
+        assert len(rr.validated_at) == report.validated and all(0 < t <= 600 for t in rr.validated_at)
+        assert {"probe", "image", "gold", "empty"} <= set(rr.seconds), rr.seconds
+        for inst in insts[:2]:
+            assert grade(inst, inst.patch, sandbox_factory=docker_factory(300)).status.value == "resolved"
+    finally:
+        for inst in insts:
+            with contextlib.suppress(Exception):
+                docker_client.images.remove(inst.image, force=True)

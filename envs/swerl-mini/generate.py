@@ -68,7 +68,8 @@ def make_repo(repo: str, commits: list, where: Path) -> list[str]:
 def edit_diff(
     worktree: Path, edits: list, files: dict[str, Any] | None = None, rename: tuple[str, str] | None = None
 ) -> str:
-    """Write ``files`` (None deletes, {"symlink": target} links), rename, apply exact
+    """Write ``files`` (None deletes, {"symlink": target} links, {"crlf": True} gives the file
+    CRLF line endings), rename, apply exact
     (path, old, new) edits (old None appends), return the diff, restore the tree."""
     if rename:
         git(worktree, "mv", *rename)
@@ -78,7 +79,9 @@ def edit_diff(
             f.unlink()
             continue
         f.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, dict):
+        if isinstance(content, dict) and "crlf" in content:  # the file as it is, CRLF line endings
+            f.write_bytes(f.read_bytes().replace(b"\n", b"\r\n"))
+        elif isinstance(content, dict):
             os.symlink(os.path.relpath(worktree / content["symlink"], f.parent), f)
         else:
             f.write_text(content)

@@ -83,6 +83,19 @@ def harness_sample(instances: list, n: int, seed: int = 0) -> dict:
     return {"graded": len(rows), "agree": agree, "rows": rows}
 
 
+def budget_figures(report: object) -> dict:
+    """Within a time budget: tasks validated by its end, their hourly rate, and how long the in-flight ones took after."""
+    budget = report.budget_seconds  # type: ignore[attr-defined]
+    if budget is None:
+        return {}
+    return {
+        "budget_seconds": budget,
+        "validated_in_budget": report.validated_in_budget,  # type: ignore[attr-defined]
+        "validated_in_budget_per_hour": round(report.validated_in_budget * 3600 / budget),  # type: ignore[attr-defined]
+        "drain_seconds": round(max(0.0, report.seconds - budget), 1),  # type: ignore[attr-defined]
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m swerl.bench synth", description=__doc__)
     ap.add_argument("--repos", nargs="+", default=list(DEFAULT_REPOS), help="libraries for injection")
@@ -91,8 +104,16 @@ def main(argv: list[str] | None = None) -> int:
         "--max-candidates", type=int, default=None, help="mutants probed per library (default: all)"
     )
     ap.add_argument("--per-function", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=3, help="sandboxes at once per library")
-    ap.add_argument("--parallel-repos", type=int, default=3, help="libraries synthesized side by side")
+    ap.add_argument("--workers", type=int, default=3, help="sandboxes probing at once, and as many checking")
+    ap.add_argument("--parallel-repos", type=int, default=3, help="libraries prepared side by side")
+    ap.add_argument("--batch", type=int, default=25, help="mutants probed per sandbox")
+    ap.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="time budget: no batch of candidates starts past it, those in flight finish; the count "
+        "validated within it and its hourly rate are reported",
+    )
     ap.add_argument("--compare", type=int, default=5, help="tasks timed in a fresh container per run")
     ap.add_argument(
         "--harness-sample",
@@ -118,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     sampler.start()
     t = time.monotonic()
     report = synthesize(specs, args.out, max_candidates=args.max_candidates, per_function=args.per_function,
-                        workers=args.workers, parallel_repos=args.parallel_repos)  # fmt: skip
+                        workers=args.workers, parallel_repos=args.parallel_repos, minutes=args.minutes,
+                        batch=args.batch)  # fmt: skip
     wall = time.monotonic() - t
     stop.set()
     load1 = os.getloadavg()
@@ -126,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     candidates = sum(m.get("candidates", 0) for m in per_method.values())
     hours = wall / 3600
     insts = [i for i in load_tasks(Path(args.out) / "tasks.jsonl") if i.extra["synth"]["method"] == "inject"]
-    probe_s = sum(r.seconds.get("inject_probe", 0.0) for r in report.repos)
+    probe_s = sum(r.seconds.get("probe", 0.0) for r in report.repos)
     runs = per_method.get("inject", {}).get("probe_runs", 0)
     fresh = container_run_seconds(insts, args.compare) if args.compare and insts else []
     data = {
@@ -135,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         "validated": report.validated,
         "candidates_per_hour": round(candidates / hours),
         "validated_per_hour": round(report.validated / hours),
+        **budget_figures(report),
         "per_method": {
             m: c | {"yield": round(c.get("validated", 0) / max(1, c.get("candidates", 0)), 3)}
             for m, c in per_method.items()
@@ -163,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
           "(a shared box: other work runs beside this)")  # fmt: skip
     print(f"wall {wall:.0f} s; candidates {candidates} ({data['candidates_per_hour']}/h); "
           f"validated {report.validated} ({data['validated_per_hour']}/h)")  # fmt: skip
+    if args.minutes is not None:
+        print(f"budget {args.minutes:g} min: {data['validated_in_budget']} validated within it "
+              f"({data['validated_in_budget_per_hour']}/h); in flight at its end and finished after: "
+              f"{report.validated - data['validated_in_budget']} more in {data['drain_seconds']:.0f} s")  # fmt: skip
     for m, c in data["per_method"].items():
         print(f"  {m:7s} candidates {c.get('candidates', 0):5d}  probe ok {c.get('probed_ok', 0):5d}  "
               f"validated {c.get('validated', 0):5d}  yield {c['yield']:.1%}")  # fmt: skip

@@ -106,8 +106,12 @@ def evaluate(
     factory: SandboxFactory,
     timeout: float,
     mode: GradingMode | str = GradingMode.OFFICIAL,
+    sandbox: Sandbox | None = None,
 ) -> Evaluation:
     """Apply ``patch`` (if any) and run the eval script in a fresh sandbox.
+
+    ``sandbox``: a started sandbox of the image to run in instead, left open for its owner
+    (who must hand it over in the state a fresh one has).
 
     Strict mode first drops the git history past the base commit (the patch's code
     could fetch the fix from it), lists the tree, applies with no step that can write
@@ -121,7 +125,7 @@ def evaluate(
     integrity = Integrity() if strict else None
     timings: dict[str, float] = {}
     t = time.monotonic()
-    sb = factory(spec.image)
+    sb = sandbox or factory(spec.image)
     try:
         sb.start()
         timings["start"] = time.monotonic() - t
@@ -178,9 +182,10 @@ def evaluate(
             timings=timings, integrity=integrity, verdict=verdict,
         )  # fmt: skip
     finally:
-        t = time.monotonic()
-        sb.close()
-        timings["close"] = time.monotonic() - t
+        if sandbox is None:
+            t = time.monotonic()
+            sb.close()
+            timings["close"] = time.monotonic() - t
 
 
 def _read_bytes(sb: Sandbox, path: str) -> bytes | None:
@@ -478,8 +483,10 @@ def grade(
     retries: int = 2,
     timeout: float = DEFAULT_TIMEOUT,
     mode: GradingMode | str = GradingMode.OFFICIAL,
+    sandbox: Sandbox | None = None,
 ) -> GradeResult:
-    """Grade ``patch`` for ``instance`` in a fresh sandbox of its image.
+    """Grade ``patch`` for ``instance`` in a fresh sandbox of its image (or in ``sandbox``, see
+    :func:`evaluate`; an infra error is then not retried: the sandbox is what failed).
 
     ``mode``: ``official`` is swebench's verdict; ``strict`` is for training (changes
     outside the source allowlist reverted, a verdict the tests cannot forge, a skip is not a
@@ -502,9 +509,9 @@ def grade(
     factory = sandbox_factory or docker_factory(timeout)
     errors: list[str] = []
     t0 = time.monotonic()
-    for attempt in range(1, retries + 2):
+    for attempt in range(1, (retries if sandbox is None else 0) + 2):
         try:
-            ev = evaluate(instance, patch, factory, timeout, mode)
+            ev = evaluate(instance, patch, factory, timeout, mode, sandbox)
         except InfraError as e:
             log.warning("grading %s: attempt %d: infra error: %s", iid, attempt, e)
             errors.append(f"attempt {attempt}: {type(e).__name__}: {e}")

@@ -247,7 +247,8 @@ class Reporter:
         if rel in self.changed:
             return "a file the change touched: " + rel
         try:
-            if os.stat(full).st_mtime > self.started:
+            st = os.stat(full)  # ctime too: code can set a file's mtime back, never its ctime
+            if max(st.st_mtime, st.st_ctime) > self.started:
                 return "a file written during the run: " + full
         except OSError:
             return "code from a file that does not exist: " + full

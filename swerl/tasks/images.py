@@ -205,10 +205,12 @@ CMD ["bash"]
 """
 
 
-def _task_recipe(instance: object, base: str, bundle: Path) -> tuple[str, str]:
+def _task_recipe(instance: object, base: str) -> tuple[str, str]:
+    """The task's Dockerfile and its digest. The bundle is not hashed: the image holds only what
+    the commit names (its tree and history, content-addressed), whatever else a bundle carries,
+    so a suite's bundle can grow (more tasks) without making its built images stale."""
     dockerfile = TASK_DOCKERFILE.format(base=base, commit=instance.base_commit)  # type: ignore[attr-defined]
-    digest = hashlib.sha256(dockerfile.encode() + hashlib.sha256(bundle.read_bytes()).digest()).hexdigest()
-    return dockerfile, digest[:16]
+    return dockerfile, hashlib.sha256(dockerfile.encode()).hexdigest()[:16]
 
 
 def build_task_images(
@@ -233,7 +235,7 @@ def build_task_images(
     built: dict[str, str] = {}
     for inst in instances:
         bundle = repo_bundle(inst.repo, bundles)
-        dockerfile, digest = _task_recipe(inst, base, bundle)
+        dockerfile, digest = _task_recipe(inst, base)
         name = inst.image or task_image_name(inst.instance_id)
         if not force and _recipe_of(client, name) == digest:
             built[inst.instance_id] = name

@@ -126,12 +126,11 @@ def _git_dir_files(repo_path: Path, commit: str) -> list[tuple[str, bytes | None
         return out
 
 
-def task_image(
-    inst: object, repo: Repo, bundle: Path, repo_img: str, repo_commit: str, client: object
-) -> str:
-    """The task's image as a COPY layer on ``repo_img``: changed files + a one-commit .git."""
+def task_image(inst: object, repo: Repo, repo_img: str, repo_commit: str, client: object) -> str:
+    """The task's image as one COPY layer on ``repo_img`` (whose WORKDIR and CMD it keeps):
+    changed files + a one-commit .git."""
     base = build_base_image(client=client)
-    _, digest = _task_recipe(inst, base, bundle)
+    _, digest = _task_recipe(inst, base)
     name = inst.image  # type: ignore[attr-defined]
     if _recipe_of(client, name) == digest and _label(client, name, FILES_LABEL) == UMASK:
         return name
@@ -143,7 +142,7 @@ def task_image(
     deleted = [p for p in changed if not any(f[0] == f"testbed/{p}" for f in files)]
     if deleted:  # a COPY layer cannot delete; such tasks take the generic recipe
         raise InfraError(f"{inst.instance_id}: files deleted against the repo image: {deleted[:3]}")  # type: ignore[attr-defined]
-    dockerfile = f'FROM {repo_img}\nCOPY testbed /testbed\nWORKDIR /testbed\nCMD ["bash"]\n'
+    dockerfile = f"FROM {repo_img}\nCOPY testbed /testbed\n"
     _build(
         client,
         dockerfile,

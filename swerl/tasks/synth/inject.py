@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +66,22 @@ class InjectStats:
     batch_failures: int = 0
     """Probe sandboxes lost or past their deadline (a batch's mutants are then rerun one per sandbox)."""
 
+    def merge(self, other: InjectStats) -> None:
+        """Add ``other``'s counts (one batch's) to these."""
+        for f in (
+            "generated",
+            "covered",
+            "probed",
+            "failing",
+            "agreed",
+            "probe_seconds",
+            "runs",
+            "batch_failures",
+        ):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        for k, v in other.rejected.items():
+            self.rejected[k] += v
+
 
 def job_base(repo: Repo, timeout: float) -> dict:
     return {"root": ROOT, "pythonpath": repo.pythonpath, "timeout": timeout}
@@ -104,23 +119,17 @@ def covering(m: Mutant, base: Baseline) -> list[str]:
     return sorted({t for line, t in base.calls.get(m.path, ()) if lo <= line <= hi})
 
 
-def candidates(
+def pick(
     repo: Repo,
-    image: str,
     base: Baseline,
     *,
     per_function: int = 3,
     max_candidates: int | None = None,
-    max_fail_fraction: float = 0.5,
-    max_test_seconds: float = 30.0,
-    workers: int = 2,
-    chunk: int = 25,
     seed: int = 0,
-    use_ray: bool = True,
     stats: InjectStats | None = None,
-) -> list[Candidate]:
-    """Mutate, probe (round 1: covering tests once; round 2: the failing tests' files twice), keep the agreeing."""
-    stats = stats or InjectStats()
+) -> list[dict]:
+    """The mutants to probe, as probe items: sampled per function, reached by a stable test, shuffled."""
+    stats = stats if stats is not None else InjectStats()
     rng = random.Random(seed)
     pool: list[Mutant] = []
     for path in repo.sources:
@@ -134,88 +143,114 @@ def candidates(
     rng.shuffle(picked)
     if max_candidates is not None:
         picked = picked[:max_candidates]
-    stats.probed += len(picked)
-    by_key = {m.key: m for m in picked}
-    timeout = max(10.0, min(max_test_seconds, 20 * base.seconds))
+    return [{"id": m.key, "path": m.path, "lo": m.lo, "hi": m.hi, "new": m.new, "tests": tests_of[m.key],
+             "scope": list(m.scope), "top": m.function.split(".")[0], "mutant": m} for m in picked]  # fmt: skip
 
-    def probe(items: list[dict], runs: int) -> dict[str, list[dict]]:
-        """id -> runs; in-process first, the file-based path for mutants that cannot be swapped in.
 
-        A batch whose sandbox failed (lost container, deadline) is run again one mutant
-        per sandbox, so a lost container or a mutant that breaks the probe costs that
-        one candidate, not its batch.
-        """
-        out: dict[str, list[dict]] = {}
+@dataclass
+class Prober:
+    """Probe jobs for one repository and the reading of their runs (see :mod:`swerl.tasks.synth.probe`).
 
-        def job(part: list[dict], inproc: bool) -> tuple[str, dict, float]:
-            body = {**job_base(repo, timeout), "kind": "mutants", "mutants": [dict(it, runs=runs) for it in part],
-                    "inproc": inproc, "files": repo.tests}  # fmt: skip
-            return image, body, (timeout + 5) * runs * len(part) + 300
+    One job per batch of mutants, in one sandbox: each mutant's covering tests run once;
+    one that fails some of them, and at most ``max_fail_fraction`` of the stable tests,
+    runs twice more there, and all three runs must fail exactly the same tests.
+    """
 
-        for inproc in (True, False):
-            todo = [it for it in items if it["id"] not in out]
-            for size in (chunk, 1):
-                failed: list[dict] = []
+    repo: Repo
+    image: str
+    base: Baseline
+    max_fail_fraction: float = 0.5
+    max_test_seconds: float = 30.0
 
-                parts = [todo[i : i + size] for i in range(0, len(todo), size)]
-                for n, res in run_jobs([job(p, inproc) for p in parts], workers, use_ray):
-                    if isinstance(res, Exception):
-                        log.warning("probe batch of %d failed: %s", len(parts[n]), res)
-                        stats.batch_failures += 1
-                        failed += parts[n] if size > 1 else []
-                        continue
-                    for r in res:
-                        stats.runs += len(r["runs"])
-                        if not (inproc and r["runs"][0]["status"] == "noswap"):
-                            out[r["id"]] = r["runs"]
-                        else:
-                            stats.rejected["swapped_by_file"] += 1
-                todo = failed
-                if not todo:
-                    break
-        for it in items:
-            if it["id"] not in out:
-                stats.rejected["infra"] += 1
-        return out
+    @property
+    def timeout(self) -> float:
+        """Per run: a bound from the baseline's time, never past ``max_test_seconds``."""
+        return max(10.0, min(self.max_test_seconds, 20 * self.base.seconds))
 
-    items = [{"id": m.key, "path": m.path, "lo": m.lo, "hi": m.hi, "new": m.new, "tests": tests_of[m.key],
-              "scope": list(m.scope), "top": m.function.split(".")[0]} for m in picked]  # fmt: skip
-    t = time.monotonic()
-    round1: dict[str, set[str]] = {}
-    errors: dict[str, dict[str, str]] = {}
-    limit = max_fail_fraction * len(base.stable)
-    for key, runs in probe(items, 1).items():
-        run = runs[0]
-        if run["status"] != "ok":
-            stats.rejected[run["status"]] += 1
-            continue
-        failed = {t for t in tests_of[key] if run["outcomes"].get(t) != "passed"}
+    @property
+    def max_fail(self) -> float:
+        return self.max_fail_fraction * len(self.base.stable)
+
+    def job(self, items: list[dict], inproc: bool = True) -> tuple[str, dict, float]:
+        """``(image, job, deadline)`` for :func:`run_jobs`: every item once, survivors three times in all."""
+        mutants = [{k: v for k, v in it.items() if k != "mutant"} | {"runs": 1, "confirm": 2, "max_fail": self.max_fail}
+                   for it in items]  # fmt: skip
+        body = {**job_base(self.repo, self.timeout), "kind": "mutants", "mutants": mutants, "inproc": inproc,
+                "files": self.repo.tests}  # fmt: skip
+        return self.image, body, (self.timeout + 5) * 3 * len(items) + 300
+
+    def read(self, item: dict, runs: list[dict], stats: InjectStats) -> Candidate | None:
+        """A candidate from one mutant's runs, or None (the reason counted in ``stats.rejected``)."""
+        stats.runs += len(runs)
+        stats.probed += 1
+        tests = item["tests"]
+        first = runs[0]
+        if first["status"] != "ok":
+            stats.rejected[first["status"]] += 1
+            return None
+        failed = frozenset(t for t in tests if first["outcomes"].get(t) != "passed")
         if not failed:
             stats.rejected["no_test_fails"] += 1
-        elif len(failed) > limit:
+            return None
+        if len(failed) > self.max_fail:
             stats.rejected["most_tests_fail"] += 1
-        else:
-            round1[key] = failed
-            errors[key] = run.get("errors", {})
-    stats.failing += len(round1)
-    out: list[Candidate] = []
-    # round 2: the same tests twice more; all three runs must fail exactly the same tests
-    for key, runs in probe([it for it in items if it["id"] in round1], 2).items():
-        if any(run["status"] != "ok" for run in runs):
-            stats.rejected["round2_" + next(x["status"] for x in runs if x["status"] != "ok")] += 1
-            continue
-        fails = [frozenset(t for t in tests_of[key] if run["outcomes"].get(t) != "passed") for run in runs]
-        if len(set(fails)) != 1 or fails[0] != round1[key]:
+            return None
+        stats.failing += 1
+        if len(runs) != 3:
+            stats.rejected["infra"] += 1
+            return None
+        if any(run["status"] != "ok" for run in runs[1:]):
+            stats.rejected["round2_" + next(x["status"] for x in runs[1:] if x["status"] != "ok")] += 1
+            return None
+        fails = {frozenset(t for t in tests if run["outcomes"].get(t) != "passed") for run in runs}
+        if fails != {failed}:
             stats.rejected["runs_disagree"] += 1
-            continue
+            return None
         secs = max(run["seconds"] for run in runs)
-        if secs > max_test_seconds:
+        if secs > self.max_test_seconds:
             stats.rejected["too_slow"] += 1
-            continue
-        files = sorted({t.split("::", 1)[0] for t in fails[0]})
+            return None
+        files = sorted({t.split("::", 1)[0] for t in failed})
         # tests of those files that never call the mutated definition cannot change: they pass as at baseline
-        p2p = sorted(t for t in base.stable if t.split("::", 1)[0] in files and t not in fails[0])
-        out.append(Candidate("inject", repo, sorted(fails[0]), p2p, files, errors[key], by_key[key], secs))
-    stats.agreed += len(out)
-    stats.probe_seconds += time.monotonic() - t
+        p2p = sorted(t for t in self.base.stable if t.split("::", 1)[0] in files and t not in failed)
+        stats.agreed += 1
+        return Candidate(
+            "inject", self.repo, sorted(failed), p2p, files, first.get("errors", {}), item["mutant"], secs
+        )
+
+
+def probe_batch(
+    prober: Prober, items: list[dict], stats: InjectStats, use_ray: bool = True
+) -> list[Candidate]:
+    """Probe ``items`` in one sandbox; a batch whose sandbox failed is rerun one mutant per sandbox,
+    and mutants that cannot be swapped in live run the file-based way. The candidates that agree."""
+    runs_of: dict[str, list[dict]] = {}
+    for inproc in (True, False):
+        todo = [it for it in items if it["id"] not in runs_of]
+        for size in (len(todo), 1):
+            failed: list[dict] = []
+            parts = [todo[i : i + size] for i in range(0, len(todo), max(1, size))]
+            for n, res in run_jobs([prober.job(p, inproc) for p in parts], 1 if size > 1 else 2, use_ray):
+                if isinstance(res, Exception):
+                    log.warning("probe batch of %d failed: %s", len(parts[n]), res)
+                    stats.batch_failures += 1
+                    failed += parts[n] if size > 1 else []
+                    continue
+                for r in res:
+                    if inproc and r["runs"][0]["status"] == "noswap":
+                        stats.rejected["swapped_by_file"] += 1
+                    else:
+                        runs_of[r["id"]] = r["runs"]
+            todo = failed
+            if not todo:
+                break
+    out = []
+    for it in items:
+        if it["id"] not in runs_of:
+            stats.probed += 1
+            stats.rejected["infra"] += 1
+            continue
+        c = prober.read(it, runs_of[it["id"]], stats)
+        if c is not None:
+            out.append(c)
     return out

@@ -7,7 +7,10 @@ collection and the tests, not an interpreter. Jobs:
 - ``baseline``: the whole suite ``runs`` times; the first run also records, per test,
   which code objects of the repository's source it called (call events only: cheap).
 - ``mutants``: for each mutant, splice its lines into the file, run the given tests,
-  restore the file byte for byte. A run past ``timeout`` is killed and reported.
+  restore the file byte for byte. A run past ``timeout`` is killed and reported. A
+  mutant with ``confirm: N`` whose first run failed some of its tests and at most
+  ``max_fail`` of them runs N times more in the same place (the runs that must agree),
+  so a survivor costs no second sandbox and no second collection.
 
 Bytecode is never written, so a mutated module cannot be served from a stale .pyc.
 """
@@ -275,9 +278,7 @@ class Driver:
                     raise NoSwap("no function changed")
                 return self._run(items, None)
 
-            self.results.append(
-                {"id": m["id"], "runs": [fork_run(body, timeout) for _ in range(int(m.get("runs", 1)))]}
-            )
+            self.results.append({"id": m["id"], "runs": repeat(m, lambda body=body: fork_run(body, timeout))})
         return True
 
     def _run(self, items: list, roots: list | None) -> dict:
@@ -297,6 +298,16 @@ class Driver:
         if tracer:
             data["calls"] = {k: sorted(v) for k, v in tracer.calls.items()}
         return data
+
+
+def repeat(m: dict, run) -> list:
+    """``m["runs"]`` runs of ``run()``, then ``m["confirm"]`` more if the first one is a candidate."""
+    runs = [run() for _ in range(int(m.get("runs", 1)))]
+    first = runs[0]
+    failed = [t for t in m["tests"] if first.get("outcomes", {}).get(t) != "passed"]
+    if m.get("confirm") and first["status"] == "ok" and 0 < len(failed) <= float(m.get("max_fail", 0)):
+        runs += [run() for _ in range(int(m["confirm"]))]
+    return runs
 
 
 def main_inproc(job: dict) -> list:
@@ -336,7 +347,7 @@ def main() -> int:
             try:
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(mutated)
-                runs = [run_pytest(m["tests"], timeout) for _ in range(int(m.get("runs", 1)))]
+                runs = repeat(m, lambda m=m: run_pytest(m["tests"], timeout))
             finally:
                 with open(path, "wb") as f:
                     f.write(original)
