@@ -435,9 +435,10 @@ def _apply(
             run = f"bash -c {shlex.quote(SCRATCH_PATCH)} scratch {scratch} {run}"
         if then:
             run = f"{run}; rc=$?; if [ $rc -eq 0 ]; then printf '\\0//SWERL-APPLIED//\\0'; {then} || rc=124; fi; exit $rc"
-        if first and not attempt:
-            run = f"{first} && printf '\\0//SWERL-APPLYING//\\0' && {{ {run}; }}"
-        r = sb.execute(run, cwd=CONTAINER_WORKDIR)
+        timeout = None
+        if first and not attempt:  # a scrub that repacks may take long: the time it had on its own
+            run, timeout = f"{first} && printf '\\0//SWERL-APPLYING//\\0' && {{ {run}; }}", 600.0
+        r = sb.execute(run, cwd=CONTAINER_WORKDIR, timeout=timeout)
         raw, listed = r.raw, None
         if first and not attempt:
             if _APPLYING not in raw:
