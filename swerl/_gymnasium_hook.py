@@ -28,13 +28,18 @@ MODULE = "_swerl_gymnasium"
 """The top-level name this file is installed under."""
 PTH = "swerl-gymnasium.pth"
 """The start-up file that calls ``install()``; site runs a ``.pth`` line that starts with ``import``."""
+PTH_LINE = f'import sys; exec("try:\\n import {MODULE}\\n {MODULE}.install()\\nexcept Exception:\\n pass")\n'
+"""The ``.pth`` line. ``site`` prints a traceback for a line that raises, at every interpreter start,
+so the line swallows its own failure: a ``.pth`` left behind by an older install whose module is gone
+(an editable install of a checkout since moved, or of a swerl that kept the module elsewhere) is then
+silent instead of a traceback before every program."""
 
 
 def site_files() -> dict[str, bytes]:
     """The files an install puts at the top of site-packages: name -> content."""
     with open(__file__, "rb") as f:
         source = f.read()
-    return {f"{MODULE}.py": source, PTH: f"import {MODULE}; {MODULE}.install()\n".encode()}
+    return {f"{MODULE}.py": source, PTH: PTH_LINE.encode()}
 
 
 def register(gymnasium: object) -> None:

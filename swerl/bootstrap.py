@@ -338,8 +338,8 @@ def test(args: argparse.Namespace) -> int:
     if vllm.error is not None:
         raise BootstrapError(f"the vLLM venv could not be installed: {vllm.error}")
     os.chdir(ROOT)
-    lint = sh(sys.executable, "-m", "ruff", "check", "swerl", "tests", check=False).returncode
-    fmt = sh(sys.executable, "-m", "ruff", "format", "--check", "swerl", "tests", check=False).returncode
+    lint = sh(sys.executable, "-m", "ruff", "check", ".", check=False).returncode  # the whole checkout
+    fmt = sh(sys.executable, "-m", "ruff", "format", "--check", ".", check=False).returncode
     tests = sh(
         sys.executable, "-m", "pytest", "-q", "-ra", "--durations=25", *args.rest, check=False
     ).returncode

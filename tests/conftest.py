@@ -178,3 +178,19 @@ def swebench_shaped(tasks, task_images, docker_client):
 
     task = tasks[0]
     return task, build(docker_client, task_images[task.instance_id])
+
+
+@pytest.fixture(scope="session")
+def readme_bash(task_images, tmp_path_factory):
+    """Runs a README bash block as written (``readme_blocks.run_bash``), each at most once per session:
+    ``(CompletedProcess, work dir)``. tests/test_readme.py checks it; tests/test_cli.py reads its run."""
+    from readme_blocks import run_bash
+
+    done: dict[int, tuple] = {}
+
+    def run(block):
+        if block.line not in done:
+            done[block.line] = run_bash(block, tmp_path_factory.mktemp(f"readme{block.line}"))
+        return done[block.line]
+
+    return run

@@ -272,14 +272,14 @@ def test_sandbox_shell_reads_commands_from_a_pipe(task_images, docker_client):
 
 # ------------------------------------------------- rollout -> report, replay
 @pytest.fixture(scope="module")
-def rollout_run(task_images, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("run") / "r"
-    r = run_cli(
-        "rollout", "default", f"output_dir={out}", "task_ids=[swerl__textkit-1,swerl__intervals-2]",
-        "rollout.attempts=2", "--json",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    return out
+def rollout_run(readme_bash) -> Path:
+    """The README's "Looking at a run" block (a 4-episode gold rollout, report, replay), run once per
+    session: its run directory."""
+    from readme_blocks import block_with
+
+    r, work = readme_bash(block_with("swerl report runs/try"))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return work / "runs" / "try"
 
 
 def test_report_writes_pngs(rollout_run, tmp_path):

@@ -80,8 +80,9 @@ def test_the_allowlist_keeps_source_and_reverts_or_refuses_the_rest():
         ".git/HEAD": F,
         ".git/index": F,
         "build/x.so": F,
+        "src/_pytest/__init__.py": F,  # a src layout whose own package has a runner module's name
     }
-    tracked = {"pkg/a.py", "pkg/run.sh", "link", "README.md"}
+    tracked = {"pkg/a.py", "pkg/run.sh", "link", "README.md", "src/_pytest/__init__.py"}
     after = {
         "pkg/a.py": _changed(F),  # a source edit
         "pkg/run.sh": Entry("f", 0o644, "1"),  # mode change
@@ -95,15 +96,27 @@ def test_the_allowlist_keeps_source_and_reverts_or_refuses_the_rest():
         ".git/index": _changed(F),  # the harness's own --3way may write it
         ".git/objects/ab/cdef": F,  # inert (new, or a pack re-timed by --3way)
         "build/x.so": _changed(F),  # an untracked file of the image
+        "src/_pytest/__init__.py": F,
+        "src/_pytest/fix.py": F,  # a new module in the base's own package: shadows nothing new
+        "src/json.py": F,  # shadows the standard library wherever src/ is put on sys.path
     }  # README.md deleted: a tracked regular file, fine
     ch = classify(before, after, tracked, [])
-    assert sorted(ch.accepted) == ["README.md", "pkg/a.py", "pkg/new.py", "pkg_extra/__init__.py"]
-    assert set(ch.revert) == {"pkg/run.sh", "link", "pkg/tool.py", "pytest.ini", "shlex.py"}
+    assert sorted(ch.accepted) == [
+        "README.md",
+        "pkg/a.py",
+        "pkg/new.py",
+        "pkg_extra/__init__.py",
+        "src/_pytest/fix.py",
+    ]
+    assert set(ch.revert) == {"pkg/run.sh", "link", "pkg/tool.py", "pytest.ini", "shlex.py", "src/json.py"}
+    assert "shadows the installed module 'json'" in ch.revert["src/json.py"]
     assert "mode changed from 755 to 644" in ch.revert["pkg/run.sh"]
     assert "symbolic link" in ch.revert["link"] and "executable" in ch.revert["pkg/tool.py"]
     assert "shadows the installed module 'shlex'" in ch.revert["shlex.py"]
     assert set(ch.refuse) == {".git/HEAD", "build/x.so"}
-    assert ch.created_roots == {"pkg_extra"} and ch.untracked_new == ["pkg/new.py", "pkg_extra/__init__.py"]
+    # pkg/ has no __init__.py: a directory that may be put on sys.path, so pkg/new.py is checked too
+    assert ch.created_roots == {"new", "pkg_extra"}
+    assert ch.untracked_new == ["pkg/new.py", "pkg_extra/__init__.py", "src/_pytest/fix.py"]
     assert classify(before, dict(before), tracked, []) == Change()  # nothing changed: nothing to say
 
 

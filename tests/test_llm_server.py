@@ -268,8 +268,17 @@ def test_garbage_and_stuck_servers_raise_policy_errors(
     tiny_model_dir, garbage_server, stuck_server, monkeypatch
 ):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    for url, match in [(garbage_server, "failed|no choices"), (stuck_server, "did not answer")]:
-        p = LLMPolicy("m", base_url=url, timeout=1.0)
+    # Both request paths. The tokenizer is named, never looked up by the model name: a name that is
+    # no local path sends transformers to the hub, whose retries (offline) took ~90 s here.
+    # (token mode asks the server for its weights' label first: a stuck server times out there)
+    cases = [
+        ({"mode": "chat"}, garbage_server, "failed|no choices"),
+        ({"mode": "chat"}, stuck_server, "did not answer within 1.0 s"),
+        ({"mode": "tokens", "tokenizer": str(tiny_model_dir)}, garbage_server, "failed|no choices"),
+        ({"mode": "tokens", "tokenizer": str(tiny_model_dir)}, stuck_server, "cannot reach .* timed out"),
+    ]
+    for kw, url, match in cases:
+        p = LLMPolicy("m", base_url=url, timeout=1.0, **kw)
         with pytest.raises(PolicyError, match=match):
             p.act(p.start(None, 0), "hi")
 

@@ -3,74 +3,60 @@
 Each ```python block is executed on its own, in a fresh interpreter, in an empty directory
 outside the checkout, against real Docker and Ray. A block that needs what these machines
 cannot have (a GPU, a model server, a cluster API) is preceded by ``<!-- no-test: why -->``;
-those are counted, so they stay few. ``swerl`` command lines in ```bash blocks that only
-read (help, --version, tasks list) run too.
+those are counted, so they stay few. Each ```bash block runs as written too, with ``bash -euo
+pipefail`` in a scratch directory that has the checkout's ``envs/`` (its relative paths), or is
+marked no-test the same way (a cluster, a GPU, a registry, an install into this environment), and
+then every ``swerl`` command line in it is still parsed by the real command line and its config
+overrides validated, so a stale flag or key fails here.
 """
 
 from __future__ import annotations
 
-import os
+import itertools
 import re
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from readme_blocks import BLOCKS, README, ROOT
+from readme_blocks import env as _env
 
-import swerl
-
-ROOT = Path(swerl.__file__).resolve().parents[1]
-README = ROOT / "README.md"
-NO_TEST = re.compile(r"<!--\s*no-test:\s*(?P<why>.+?)\s*-->\s*$")
 MAX_SKIPPED = 3
 """Blocks allowed to be marked no-test; raising it needs a reason in the README beside each."""
+MAX_SKIPPED_BASH = 14
+"""The same for bash blocks, most of which drive a cluster, a GPU or an install."""
 READ_ONLY = re.compile(r"^swerl(\s+\S+)*\s+(--help|-h|--version)$|^swerl tasks list \S+( --json)?$")
 
 
-@dataclass
-class Block:
-    lang: str
-    line: int
-    code: str
-    skip: str | None
-
-
-def blocks(text: str) -> list[Block]:
-    """The fenced code blocks of a Markdown text, with the no-test reason written right above each."""
-    out, lines, i = [], text.splitlines(), 0
-    while i < len(lines):
-        m = re.match(r"^```(\w*)\s*$", lines[i])
-        if not m or not m.group(1):
-            i += 1
-            continue
-        start = i
-        j = i + 1
-        while j < len(lines) and lines[j].strip() != "```":
-            j += 1
-        prev = next((lines[k] for k in range(start - 1, -1, -1) if lines[k].strip()), "")
-        skip = NO_TEST.match(prev.strip())
-        out.append(Block(m.group(1), start + 1, "\n".join(lines[start + 1 : j]) + "\n", skip and skip["why"]))
-        i = j + 1
-    return out
-
-
-BLOCKS = blocks(README.read_text())
 PYTHON = [b for b in BLOCKS if b.lang == "python"]
-COMMANDS = [
+BASH = [b for b in BLOCKS if b.lang == "bash"]
+COMMANDS = [  # in blocks that do not run whole
     line.split("#", 1)[0].strip()
-    for b in BLOCKS
-    if b.lang == "bash"
+    for b in BASH
+    if b.skip
     for line in b.code.splitlines()
     if READ_ONLY.match(line.split("#", 1)[0].strip())
 ]
 
 
-def _env() -> dict[str, str]:
-    """This checkout's swerl for the subprocess, wherever it runs."""
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path, "MPLBACKEND": "Agg", "MSWEA_SILENT_STARTUP": "1"}
+def swerl_lines(code: str) -> list[list[str]]:
+    """The ``swerl`` command lines of a bash block as argv: at a line's start, after a pipe, ``--``
+    or ``&&``, or alone in ``eval "$(...)"``; continuations joined, comments dropped."""
+    out = []
+    for line in code.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if len(words) == 2 and words[0] == "eval" and words[1].startswith("$("):
+            words = shlex.split(words[1][2:].removesuffix(")"))
+        for i, word in enumerate(words):
+            if word == "swerl" and (i == 0 or words[i - 1] in SEPARATORS | {"--"}):
+                out.append(list(itertools.takewhile(lambda w: w not in SEPARATORS, words[i + 1 :])))
+                break
+    return out
+
+
+SEPARATORS = {"|", "&&", "||", ";"}
 
 
 def test_readme_has_runnable_blocks_and_few_exemptions():
@@ -100,6 +86,65 @@ def test_python_block_runs(block, task_images, tmp_path, hook_site):
     r = subprocess.run([sys.executable, "-c", run], cwd=tmp_path, env=_env(), capture_output=True,
                        text=True, timeout=600)  # fmt: skip
     assert r.returncode == 0, f"README line {block.line} failed:\n{r.stdout[-3000:]}\n{r.stderr[-4000:]}"
+
+
+def test_every_bash_block_runs_or_says_why_not():
+    skipped = [b for b in BASH if b.skip]
+    assert len(BASH) >= 10 and len(skipped) <= MAX_SKIPPED_BASH, [(b.line, b.skip) for b in skipped]
+    for b in skipped:
+        assert len(b.skip) > 10, f"README line {b.line}: say why the block cannot run here"
+        for test in re.findall(r"tests/test_\w+\.py", b.skip):  # a test named as doing it exists
+            assert (ROOT / test).is_file(), f"README line {b.line} names {test}, which does not exist"
+    # a block without a language would be neither run nor marked
+    fences = [i for i, line in enumerate(README.read_text().splitlines(), 1) if line.startswith("```")]
+    unlabelled = [i for i in fences[::2] if i not in {b.line for b in BLOCKS}]
+    assert not unlabelled, f"README lines {unlabelled}: a code block without a language (```bash, ```text)"
+
+
+@pytest.mark.parametrize("block", BASH, ids=[f"line{b.line}" for b in BASH])
+def test_bash_block_runs(block, readme_bash, tmp_path):
+    """As written, in a scratch directory with the checkout's ``envs/``, ``swerl`` being this checkout's
+    (a block another test needs the output of runs once per session: ``readme_bash``)."""
+    if block.skip:
+        pytest.skip(f"README line {block.line}: {block.skip}")
+    r, _ = readme_bash(block)
+    assert r.returncode == 0, f"README line {block.line} failed:\n{r.stdout[-3000:]}\n{r.stderr[-4000:]}"
+    assert r.stdout.strip(), f"README line {block.line} printed nothing"
+
+
+SWERL_LINES = [(b.line, argv) for b in BASH for argv in swerl_lines(b.code)]
+
+
+@pytest.mark.parametrize(("line", "argv"), SWERL_LINES, ids=[" ".join(a)[:60] for _, a in SWERL_LINES])
+def test_every_swerl_line_parses_and_its_config_validates(line, argv, monkeypatch):
+    """Flags and config keys in every block, run or not, are the command line's own."""
+    from swerl.cli import parse_args
+    from swerl.config import load_config
+
+    monkeypatch.chdir(ROOT)  # a config named by path (configs/default.yaml) is the checkout's
+    try:
+        args = parse_args(argv)
+    except SystemExit as e:
+        pytest.fail(
+            f"README line {line}: `swerl {shlex.join(argv)}` is refused by the parser (exit {e.code})"
+        )
+    config, overrides = getattr(args, "config", None), list(getattr(args, "overrides", None) or [])
+    if isinstance(config, str) and "=" in config and not Path(config).exists():  # `swerl rollout k=v`
+        config, overrides = "default", [config, *overrides]
+    if isinstance(config, str):
+        load_config(config, overrides)
+
+
+def test_readme_installs_verl_as_the_bootstrap_does():
+    """The verl block is what CI installs (it cannot install it again here)."""
+    from swerl.bootstrap import VERL_IMPORTS, VERL_NO_DEPS
+
+    (block,) = [b for b in BASH if "verl==" in b.code and "pip install" in b.code]
+    lines = [shlex.split(line, comments=True) for line in block.code.splitlines()]
+    assert [x[2:] for x in lines if x[:2] == ["pip", "install"]] == [
+        VERL_IMPORTS,
+        ["--no-deps", *VERL_NO_DEPS],
+    ]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

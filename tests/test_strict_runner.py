@@ -30,14 +30,14 @@ BUGGY = "def add(a, b):\n    return a - b\n"
 F2P, P2P = "tests/test_add.py::test_add", "tests/test_add.py::test_zero"
 
 
-def run_strict(tmp_path: Path, tail: str = "") -> tuple:
+def run_strict(tmp_path: Path, tail: str = "", tests: str = TESTS) -> tuple:
     """A repo whose ``add`` is wrong, ``tail`` appended to the changed package; the runner run
     as the eval script's ``python -m pytest`` would be. Returns (verdict, key, process)."""
     repo, run = tmp_path / "repo", tmp_path / "run"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
     (repo / "pkg" / "__init__.py").write_text(BUGGY + tail)
-    (repo / "tests" / "test_add.py").write_text(TESTS)
+    (repo / "tests" / "test_add.py").write_text(tests)
     (run / "base").mkdir(parents=True)
     shutil.copy(RUNNER_SOURCE, run / "run.py")
     key = secrets.token_hex(32)
@@ -167,6 +167,38 @@ import _old_helper  # noqa: E402
 """
 
 
+ALWAYS_EQUAL = """
+
+class _Sum(int):  # equal to whatever the test expects
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+_add = add
+
+
+def add(a, b):
+    return _Sum(_add(a, b))
+"""
+MARSHALLED = """
+import marshal as _marshal, subprocess as _sp, sys as _sys
+
+_made = "import marshal, os, sys; sys.stdout.buffer.write(marshal.dumps(compile('Y = 1', os.__file__, 'exec')))"
+exec(_marshal.loads(_sp.run([_sys.executable, "-c", _made], stdout=_sp.PIPE).stdout))  # os.py's name, other code
+"""
+EQUAL_TO_NUMBERS = """
+
+def add(a, b):
+    class _Num:  # made per call (garbage once the test is done): equal to any int
+        def __eq__(self, other):
+            return isinstance(other, int)
+
+    return _Num()
+"""
+
+
 @pytest.mark.parametrize(
     ("tail", "reason"),
     [
@@ -189,6 +221,9 @@ import _old_helper  # noqa: E402
             "not the runner's record",
         ),
         (BACKDATED, "modified during the run: _pytest.python.Function.runtest"),
+        (ALWAYS_EQUAL, "compared a _Sum whose __eq__ says it equals anything"),
+        (MARSHALLED, "loaded code from bytes (marshal)"),
+        (EQUAL_TO_NUMBERS, "compared a _Num whose __eq__ says it equals anything"),
     ],
     ids=[
         "gc",
@@ -199,11 +234,41 @@ import _old_helper  # noqa: E402
         "thread-code-swap",
         "pipe-garbage",
         "backdated-module",
+        "always-equal",
+        "marshalled-code",
+        "equal-to-any-number",
     ],
 )
 def test_in_process_tampering_is_recorded(tmp_path, tail, reason):
     v, _, proc = run_strict(tmp_path, tail)
     assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+UNITTEST_TESTS = """import unittest
+
+from pkg import add
+
+
+class TestAdd(unittest.TestCase):
+    def test_add(self):
+        self.assertEqual(add(1, 2), 3)
+
+    def test_zero(self):
+        self.assertEqual(add(0, 0), 0)
+"""
+
+
+def test_unittest_is_watched_like_pytest(tmp_path):
+    """A TestCase's failed assert is caught by unittest, not seen by pytest's call: the
+    package making ``assertEqual`` a no-op is a framework change, recorded."""
+    tail = "\nimport unittest\nunittest.TestCase.assertEqual = lambda self, a, b, msg=None: None\n"
+    v, _, proc = run_strict(tmp_path, tail, UNITTEST_TESTS)
+    assert any("unittest.case.TestCase.assertEqual" in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+    honest, _, proc = run_strict(tmp_path / "honest", "", UNITTEST_TESTS)
+    assert (honest.tests, honest.refused) == (
+        {"tests/test_add.py::TestAdd::test_add": "FAILED", "tests/test_add.py::TestAdd::test_zero": "PASSED"},
+        [],
+    ), proc.stdout[-2000:]
 
 
 def test_a_test_process_that_exits_early_leaves_no_closing_record(tmp_path):
@@ -235,6 +300,26 @@ inspect.stack()
 """
 
 
+HONEST_EQUALITY = """
+
+class _Int(int):  # a value type of the package's own: equal to its number and to its text
+    def __eq__(self, other):
+        return int.__eq__(self, other) is True or (isinstance(other, str) and other == str(int(self)))
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = int.__hash__
+
+
+_add = add
+
+
+def add(a, b):
+    return _Int(_add(a, b))
+"""
+
+
 def test_ordinary_package_code_is_not_tampering(tmp_path):
-    v, _, proc = run_strict(tmp_path, ORDINARY)
+    v, _, proc = run_strict(tmp_path, ORDINARY + HONEST_EQUALITY)
     assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]

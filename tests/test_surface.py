@@ -352,6 +352,30 @@ def test_gymnasium_make_works_in_a_fresh_interpreter(tmp_path, hook_site):
     assert r.returncode == 1 and "NamespaceNotFound" in r.stderr, r.stderr
 
 
+def test_a_stale_hook_is_silent_at_interpreter_start(tmp_path, hook_site):
+    """A ``.pth`` an older install left behind, its module gone or broken, prints no traceback
+    (``site`` prints one for each failing line, before every program); the interpreter runs on."""
+    # `python -S`: this environment's own hook stays out; its packages are importable, after the
+    # site directory (so that its copy of the module is the one found)
+    start = "import site, sys; sys.path[:0] = [sys.argv[1]]; sys.path += site.getsitepackages(); "
+    run = "site.addsitedir(sys.argv[1]); import gymnasium; print('swerl/SWE-v0' in gymnasium.registry)"
+    gone = "sys.modules['_swerl_gymnasium'] = None; "  # what `import` meets when no copy exists
+    module = hook_site / "_swerl_gymnasium.py"
+    source = module.read_bytes()
+    cases = [
+        (gone, source),
+        ("", b"raise ImportError('swerl is gone')\n"),
+        ("", source.replace(b"def install(", b"def _renamed(")),
+        ("", source),  # the guard hides nothing else: the intact hook registers
+    ]
+    for prefix, content in cases:
+        module.write_bytes(content)
+        r = subprocess.run([sys.executable, "-S", "-c", start + prefix + run, str(hook_site)], cwd=tmp_path,
+                           capture_output=True, text=True, env=env(), timeout=120)  # fmt: skip
+        registered = content == source and not prefix
+        assert (r.returncode, r.stdout, r.stderr) == (0, f"{registered}\n", ""), (prefix, r.stderr)
+
+
 def test_a_finished_run_is_not_resumed_on_another_kind_of_place(task_images, tmp_path):
     """A laptop run then the cluster command: refused (exit 2), not "1 of 1 done" with nothing run."""
     out = tmp_path / "laptop"

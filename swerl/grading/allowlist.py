@@ -103,16 +103,28 @@ def infra_reason(path: str, instance_tests: Iterable[str] = ()) -> str:
     return next((why for suf, why in INFRA_SUFFIXES.items() if p.name.lower().endswith(suf)), "")
 
 
-def top_module(path: str, after: Iterable[str] = ()) -> str:
-    """The top-level module a new path at the repository root makes importable ("" if none):
-    a ``NAME.py`` file, or a package directory with an ``__init__.py`` (a directory without
-    one is a namespace portion, which never wins over a module found elsewhere)."""
-    parts = PurePosixPath(path).parts
-    if len(parts) == 1:
-        name = parts[0][: -len(".py")] if parts[0].endswith(".py") else ""
+def module_at(path: str, after: Iterable[str] = ()) -> tuple[str, str]:
+    """The top-level module a path makes importable wherever its directory is on ``sys.path``
+    (the repository root, a ``src/``, a directory pytest or ``PYTHONPATH`` prepends), and the
+    path of that module: ("", "") if none. The import root is the deepest directory above the
+    path that is not a regular package (has no ``__init__.py``); the module below it is a
+    ``NAME.py`` file or a package directory with an ``__init__.py`` (a directory without one is
+    a namespace portion, which never wins over a module found elsewhere)."""
+    parts, present = PurePosixPath(path).parts, set(after)
+    i = len(parts) - 1
+    while i > 0 and "/".join(parts[:i]) + "/__init__.py" in present:
+        i -= 1
+    where = "/".join(parts[: i + 1])
+    if i == len(parts) - 1:
+        name = parts[i][: -len(".py")] if parts[i].endswith(".py") else ""
     else:
-        name = parts[0] if f"{parts[0]}/__init__.py" in after else ""
-    return name if name.isidentifier() else ""
+        name = parts[i] if f"{where}/__init__.py" in present else ""
+    return (name, where) if name.isidentifier() else ("", "")
+
+
+def top_module(path: str, after: Iterable[str] = ()) -> str:
+    """The name :func:`module_at` gives ``path`` ("" if none)."""
+    return module_at(path, after)[0]
 
 
 @dataclass
@@ -152,10 +164,12 @@ def classify(
             why = f"a new executable or special-mode file ({a.mode:o})"
         if not why and b is not None and path not in tracked:
             why = "an untracked file of the image"
-        root = top_module(path, after) if b is None else ""
+        root, where = module_at(path, after) if b is None else ("", "")
+        if root and (where in before or f"{where}/__init__.py" in before):
+            root = ""  # a module the base already has: adding to it shadows nothing new
         if not why and root and (root in RUNNER_MODULES or root in STDLIB):
             why = f"shadows the installed module {root!r}"
-        elif not why and root and not any(p.split("/")[0] == path.split("/")[0] for p in before):
+        elif not why and root:
             ch.created_roots.add(root)
         if not why:
             ch.accepted.append(path)

@@ -29,8 +29,10 @@ SECTIONS = {
     "tox.ini": "[pytest]",
     "setup.cfg": "[tool:pytest]",
 }
-WATCHED = ("pytest", "_pytest", "pluggy")
-"""Modules whose functions and classes the tested code may not replace."""
+WATCHED = ("pytest", "_pytest", "pluggy", "unittest")
+"""Modules whose functions and classes the tested code may not replace (unittest's too: pytest
+runs ``TestCase`` tests through it, and a failed ``assertEqual`` never reaches pytest as an
+exception)."""
 
 
 class Channel:
@@ -217,6 +219,40 @@ def _unwrap(value):
     return value.fget if isinstance(value, property) else value
 
 
+def _probe(value):
+    """A fresh value of ``value``'s builtin type that no honest object of the run equals."""
+    kind = type(value)
+    if kind in (list, tuple, set, frozenset):
+        return kind([object()])
+    if kind is dict:
+        return {object(): object()}
+    return {str: "\x00swerl-probe\x00", bytes: b"\x00swerl-probe\x00", int: -0x5EED5EED5EED5EED,
+            float: -1.2345e-300, complex: complex(-1.2345e-300, 7)}.get(kind)  # fmt: skip
+
+
+def _watch_comparisons(reporter):
+    """Route each passing assertion's comparison to ``reporter.compared`` (pytest calls
+    ``_call_reprcompare`` on a pass only when a ``pytest_assertion_pass`` hook exists); a
+    failing one keeps pytest's own explanation. Installed before the snapshot, so the
+    framework's copy is this one."""
+    from _pytest.assertion import rewrite
+
+    original = rewrite._call_reprcompare
+
+    def _call_reprcompare(ops, results, expls, each_obj):
+        for res in results:
+            try:
+                if not res:
+                    return original(ops, results, expls, each_obj)
+            except Exception:
+                return original(ops, results, expls, each_obj)
+        reporter.compared(ops, each_obj)
+        return expls[-1] if expls else ""
+
+    rewrite._call_reprcompare = _call_reprcompare
+    reporter.pytest_assertion_pass = lambda item, lineno, orig, expl: None
+
+
 def code_file(fn):
     code = getattr(fn, "__code__", None) or getattr(vars(type(fn)).get("__call__"), "__code__", None)
     return getattr(code, "co_filename", "") or ""
@@ -228,9 +264,10 @@ class Reporter:
     def __init__(self, channel, seen, changed, root):
         self.channel, self.seen, self.changed, self.root = channel, seen, changed, root
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
-        self.startup, self.startup_ids, self.results = [], set(), {}
+        self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
+        self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
 
     def _foreign(self, fn):
         return self._file_why(code_file(fn))
@@ -252,6 +289,38 @@ class Reporter:
                 return "a file written during the run: " + full
         except OSError:
             return "code from a file that does not exist: " + full
+        if full not in self.cached:
+            self.cached[full] = self._cache_why(full)
+        return self.cached[full]
+
+    def _cache_why(self, full):
+        """A bytecode cache of ``full`` written during the run by another process (the code
+        was loaded from it, not from the file): "" if none. Only where the audit hook sees
+        what this process writes itself (Python 3.8+)."""
+        guard = getattr(self, "guard", None)
+        if guard is None or not hasattr(sys, "addaudithook") or not full.endswith(".py"):
+            return ""
+        try:
+            import importlib.util
+
+            where = os.path.dirname(importlib.util.cache_from_source(full))  # honours pycache_prefix
+            names = os.listdir(where)
+        except (OSError, ValueError, NotImplementedError):
+            return ""
+        stem = os.path.basename(full)[:-3] + "."
+        for name in names:
+            path = os.path.join(where, name)
+            if (
+                not (name.startswith(stem) and name.endswith(".pyc"))
+                or os.path.realpath(path) in guard.bytecode
+            ):
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if max(st.st_mtime, st.st_ctime) > self.started:
+                return "bytecode another process wrote during the run: " + path
         return ""
 
     def _plugin_why(self, plugin):
@@ -267,6 +336,40 @@ class Reporter:
         if not held:
             return "an object no loaded module defines"
         return self._file_why(getattr(mod, "__file__", "") or "")
+
+    def compared(self, ops, operands):
+        """An assertion that passed compared ``operands`` with ``ops``: an operand whose ``==`` or
+        ``!=`` is the change's code (or generated, or written during the run) must not say it
+        equals a value it has never seen (a fresh object, or a fresh value of the other side's
+        type): an object equal to everything passes every test and fixes nothing."""
+        for i, op in enumerate(ops):
+            if op not in ("==", "!="):
+                continue
+            for x, other in ((operands[i], operands[i + 1]), (operands[i + 1], operands[i])):
+                why = self._equal_to_anything(x, other)
+                if why:
+                    self.raised.add(self.current)
+                    self.tampered.append("test " + str(self.current) + " compared " + why)
+                    return
+
+    def _equal_to_anything(self, x, other):
+        cls = type(x)
+        for name, claims in (("__eq__", True), ("__ne__", False)):
+            fn = getattr(cls, name, None)
+            fn = getattr(fn, "__func__", fn)
+            if getattr(fn, "__code__", None) is None:
+                continue  # the builtin comparison: nothing of the change's
+            where = self._file_why(code_file(fn))
+            if not where:
+                continue
+            for probe in (object(), _probe(other)):
+                try:
+                    said = probe is not None and fn(x, probe)
+                except Exception:
+                    continue
+                if said is claims:
+                    return "a " + cls.__name__ + " whose " + name + " says it equals anything (" + where + ")"
+        return ""
 
     def pytest_configure(self, config):
         self.config = config
@@ -355,6 +458,8 @@ class Guard:
         "sys._current_frames": "reached other threads' frames",
         "sys.setprofile": "installed a profile hook",
         "sys.settrace": "installed a trace hook",
+        "marshal.loads": "loaded code from bytes (marshal), under whatever file name they carry",
+        "marshal.load": "loaded code from a file through marshal, under whatever file name it carries",
     }
     EVENTS = frozenset(REACH) | {
         "object.__setattr__",
@@ -378,6 +483,7 @@ class Guard:
         keyword defaults are assigned only through it): the only bodies :func:`changed_since`
         reads."""
         self.installed = False
+        self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
 
     def _ours(self, filename):
         hit = self.cache.get(filename)
@@ -396,7 +502,11 @@ class Guard:
         f = sys._getframe(1)
         while f is not None:
             code = f.f_code
-            if importing and code.co_name == "get_code" and code.co_filename.startswith("<frozen importlib"):
+            if (
+                importing
+                and code.co_name == "get_code"
+                and code.co_filename.startswith(("<frozen importlib", "<frozen zipimport"))
+            ):
                 return ""
             if self._ours(code.co_filename):
                 return code.co_filename
@@ -422,10 +532,14 @@ class Guard:
         if event == "open":
             path, mode, flags = args[0], args[1] or "", args[2] or 0
             writes = any(c in str(mode) for c in "wax+") or (flags & (os.O_WRONLY | os.O_RDWR))
+            if writes and isinstance(path, str) and path.endswith(".pyc"):
+                self.bytecode.add(os.path.realpath(path))
             if not writes or not self._protected(path):
                 return
             what = "wrote " + str(path)
         elif event in ("os.rename", "os.link", "os.symlink"):
+            if event == "os.rename" and isinstance(args[1], str) and args[1].endswith(".pyc"):
+                self.bytecode.add(os.path.realpath(args[1]))
             if not any(self._protected(p) for p in args[:2]):
                 return
             what = "moved or linked onto " + str(args[1])
@@ -451,7 +565,7 @@ class Guard:
             return
         else:
             what = self.REACH[event]
-        who = self.culprit(importing=event in ("open", "os.rename"))
+        who = self.culprit(importing=event in ("open", "os.rename", "marshal.loads", "marshal.load"))
         if who:
             self.found.append("the change's code (" + who + ") " + what)
 
@@ -496,6 +610,7 @@ def _wrap_call(reporter):
         if "runtest" in getattr(item, "__dict__", {}):  # pytest never sets it; the class's is watched
             why = why or "a runtest set on the item itself"
         why = why or _renamed(item)
+        reporter.current = item.nodeid
         outcome = yield
         if outcome.excinfo is not None or why:
             reporter.raised.add(item.nodeid)
@@ -670,10 +785,15 @@ def main():
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         for name in plugins:
             extra += ["-p", name]
-    seen = snapshot(extra=(__name__,))
+    reporter = Reporter(Channel(pipe_w), None, changed, cwd)
+    if version >= (5, 0):  # the assertion pass hook (pytest 5.0+) shows what a passing assert compared
+        extra += ["-o", "enable_assertion_pass_hook=true"]
+        _watch_comparisons(reporter)
+    import unittest  # noqa: F401  (watched: pytest imports it anyway)
+
+    reporter.seen = snapshot(extra=(__name__,))
     if mode == "module":  # `python -m pytest` puts the working directory first
         sys.path.insert(0, cwd)
-    reporter = Reporter(Channel(pipe_w), seen, changed, cwd)
     reporter.pytest_runtest_call = _wrap_call(reporter)
     marker = os.path.join(here, "started")  # the file system's own clock (coarser than time())
     open(marker, "w").close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -220,14 +221,24 @@ class Prober:
 
 
 def probe_batch(
-    prober: Prober, items: list[dict], stats: InjectStats, use_ray: bool = True
+    prober: Prober,
+    items: list[dict],
+    stats: InjectStats,
+    use_ray: bool = True,
+    stop: Callable[[], bool] = lambda: False,
 ) -> list[Candidate]:
     """Probe ``items`` in one sandbox; a batch whose sandbox failed is rerun one mutant per sandbox,
-    and mutants that cannot be swapped in live run the file-based way. The candidates that agree."""
+    and mutants that cannot be swapped in live run the file-based way (neither once ``stop()``: a
+    spent time budget starts no sandbox; those mutants count as ``budget``). The candidates that agree."""
     runs_of: dict[str, list[dict]] = {}
     for inproc in (True, False):
         todo = [it for it in items if it["id"] not in runs_of]
         for size in (len(todo), 1):
+            if todo and (size == 1 or not inproc) and stop():
+                stats.probed += len(todo)
+                stats.rejected["budget"] += len(todo)
+                runs_of.update({it["id"]: [] for it in todo})
+                break
             failed: list[dict] = []
             parts = [todo[i : i + size] for i in range(0, len(todo), max(1, size))]
             for n, res in run_jobs([prober.job(p, inproc) for p in parts], 1 if size > 1 else 2, use_ray):
@@ -246,6 +257,8 @@ def probe_batch(
                 break
     out = []
     for it in items:
+        if runs_of.get(it["id"]) == []:  # left for the budget
+            continue
         if it["id"] not in runs_of:
             stats.probed += 1
             stats.rejected["infra"] += 1

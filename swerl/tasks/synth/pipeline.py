@@ -311,7 +311,8 @@ def _setup(
 
 
 class _Stream:
-    """The driver: probe batches (round robin over repositories) and per-task checks, both bounded.
+    """The driver: probe batches (round robin over repositories) and per-task checks, both bounded
+    (and probing held back while a batch of survivors waits for its checks).
 
     Runs in the calling thread; remote work (sandboxes, Ray tasks) happens in worker threads
     that each wait on one bounded call, so every wait keeps its deadline.
@@ -349,7 +350,11 @@ class _Stream:
             pending: dict[Future, tuple[str, Any]] = {f: ("setup", n) for f, n in setups.items()}
             while True:
                 n_probes = sum(kind == "probe" for kind, _ in pending.values())
-                while n_probes < self.workers and (nxt := self._next_batch()) is not None:
+                # backpressure: probing runs ahead of checking by at most a batch of waiting survivors,
+                # so what is in flight when a budget ends is small and CPU goes where tasks finish
+                while (
+                    n_probes < self.workers and len(self.checks) < self.batch and (nxt := self._next_batch())
+                ):
                     src, items = nxt
                     pending[probes.submit(self._probe, src, items)] = ("probe", src)
                     n_probes += 1
@@ -379,7 +384,11 @@ class _Stream:
         t = time.monotonic()
         stats = InjectStats()
         assert src.prober is not None
-        return probe_batch(src.prober, items, stats, self.use_ray), stats, time.monotonic() - t
+        return (
+            probe_batch(src.prober, items, stats, self.use_ray, self.past_budget),
+            stats,
+            time.monotonic() - t,
+        )
 
     def _probe_done(self, src: _Source, f: Future) -> None:
         try:
@@ -442,6 +451,9 @@ class _Stream:
     def _keep(self, src: _Source, inst: Instance, c: Candidate) -> None:
         src.kept.append((inst, c))
         src.rr.validated_at.append(round(time.monotonic() - self.started, 1))
+        total = sum(len(s.kept) for s in self.sources)
+        if total % 25 == 0:  # progress for whoever watches an hour-long run
+            log.info("synth: %d validated at %.0f s", total, time.monotonic() - self.started)
         counts = src.rr.method_counts.setdefault(c.method, {})
         counts["validated"] = counts.get("validated", 0) + 1
 
