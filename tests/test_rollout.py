@@ -74,9 +74,12 @@ def test_groups_are_complete(ray_session, tasks):
         assert [e.attempt for e in g] == [0, 1, 2] and len({e.task_id for e in g}) == 1
 
 
-def test_killing_an_actor_mid_run_loses_nothing(ray_session, tasks, docker_client):
-    run_id = "t-kill"
-    runner = RolloutRunner(tasks[:6], GoldPolicy(), num_actors=2, envs_per_actor=2, run_id=run_id)
+@pytest.mark.parametrize("pool", [0, 1])
+def test_killing_an_actor_mid_run_loses_nothing(ray_session, tasks, docker_client, pool):
+    run_id = f"t-kill-{pool}"  # with a pool, the dead actor's reserved next items are run elsewhere
+    runner = RolloutRunner(
+        tasks[:6], GoldPolicy(), num_actors=2, envs_per_actor=2, run_id=run_id, env_kwargs={"pool_size": pool}
+    )
     with runner:
         victim_pid = ray.get(next(iter(runner._actors.values())).where.remote())["pid"]
         killer = threading.Timer(1.0, lambda: os.kill(victim_pid, signal.SIGKILL))
@@ -88,6 +91,25 @@ def test_killing_an_actor_mid_run_loses_nothing(ray_session, tasks, docker_clien
     assert all(e.status == "resolved" for e in episodes)
     assert runner.stats["actors_died"] == 1
     assert swerl_containers_with_prefix(docker_client, run_id) == []
+
+
+@pytest.mark.parametrize("placement", ["actor", "driver"])
+def test_warm_pool_starts_each_slots_next_episode_during_the_current_one(ray_session, tasks, placement):
+    """With a warm pool the runner reserves each slot's next item and its env starts that
+    sandbox meanwhile: every reset after a slot's first takes a started sandbox."""
+    work = tasks[4:10]  # six images, two slots: each slot runs three in a row
+    with RolloutRunner(
+        work, GoldPolicy(placement), num_actors=1, envs_per_actor=2, env_kwargs={"pool_size": 1}
+    ) as r:
+        episodes = r.run()
+        stats = ray.get(next(iter(r._actors.values())).pool_stats.remote())["agent"]
+    assert sorted(e.task_id for e in episodes) == sorted(t.instance_id for t in work)
+    assert {e.status for e in episodes} == {"resolved"}
+    # the envs warm work[:4] when they start, so a slot's first episode hits too; refilling the
+    # current image instead (no reservation) would miss work[4:]. Only an item one slot took
+    # from another's reservation (nothing else left to run) may start cold.
+    assert stats["hits"] + stats["misses"] == len(work)
+    assert stats["misses"] <= r.stats["reservations_taken"], (stats, dict(r.stats))
 
 
 def test_resume_skips_completed_episodes(ray_session, tasks, tmp_path):

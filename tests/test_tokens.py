@@ -202,3 +202,60 @@ def test_model_policy_with_tool_calls_records_exact_turns(tok, model):
         assert t.prompt_ids + t.response_ids == st.chat.ids  # the chat the model saw, token for token
         assert '"name": "bash"' in tok.decode(t.prompt_ids)  # tools rendered by the chat template
         assert "<|im_start|>tool\nmore output" in tok.decode(t.response_ids)
+
+
+def test_staged_weights_never_wait_for_a_generation_and_stamp_the_turns_they_sample(tok, model):
+    """``HFGenerator.load_weights`` (a trainer syncing its sampler) stages a copy and returns even
+    while a generation holds the sampler; the next generation samples from the new weights and
+    its turns carry their version, not the policy's."""
+    import copy
+    import threading
+
+    from swerl.integrations.hf import HFGenerator
+    from swerl.policies.formats import ToolCallActions
+    from swerl.policies.model import ModelPolicy
+
+    gen = HFGenerator(copy.deepcopy(model), tok, max_new_tokens=5)
+    trained = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    with gen._lock:  # what a generate in progress holds
+        loader = threading.Thread(target=gen.load_weights, args=(trained,), kwargs={"version": 7})
+        loader.start()
+        loader.join(timeout=30)
+        assert not loader.is_alive()
+    policy = ModelPolicy(gen, "Fix it.", ToolCallActions(), policy_version=3)
+    state = policy.start(None, 0)
+    info = policy.act_batch([state], ["the issue"])[0].info
+    assert info["policy_version"] == 7 and gen.version == 7
+    ids = torch.tensor([state.chat.ids])
+    n = len(info["completion_ids"])
+
+    def logprobs(m):
+        with torch.no_grad():
+            logp = torch.log_softmax(m(ids).logits[0, :-1], -1).gather(1, ids[0, 1:, None])[:, 0]
+        return logp[-n:]
+
+    recorded = torch.tensor(info["logprobs"])
+    assert (recorded - logprobs(trained)).abs().max() < 1e-4  # sampled by the staged weights
+    assert (recorded - logprobs(model)).abs().max() > 1e-3  # not by the ones it held before
+
+
+def test_a_larger_model_is_built_like_the_tiny_one_and_bad_sizes_are_refused(tmp_path, tok, capsys):
+    from transformers import AutoModelForCausalLM
+
+    from swerl.bench.train import main as bench_train
+    from swerl.integrations.tiny_model import tiny_model
+
+    d = tiny_model(tmp_path / "m", layers=3, hidden=192)
+    m = AutoModelForCausalLM.from_pretrained(d)
+    assert (m.config.num_hidden_layers, m.config.hidden_size, m.config.num_attention_heads) == (3, 192, 3)
+    assert m.config.vocab_size == len(tok)  # the same tokenizer as the tiny model
+    with pytest.raises(ConfigError, match=r"multiple of 64.*hidden=100"):
+        tiny_model(tmp_path / "bad", hidden=100)
+    with pytest.raises(ConfigError, match="layers=0"):
+        tiny_model(tmp_path / "bad", layers=0)
+    with pytest.raises(SystemExit):
+        bench_train(["--model-layers", "2", "8", "--model-hidden", "128"])
+    assert "pair up: got 2 and 1" in capsys.readouterr().err

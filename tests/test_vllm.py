@@ -99,7 +99,8 @@ def test_episodes_through_vllm_are_exact_and_follow_pushed_weights(
         policy,
         num_actors=1,
         envs_per_actor=2,
-        env_kwargs={"max_steps": 3, "sandbox_config": sandbox_config},
+        # every episode is cut at 3 steps; its tokens are the subject here, not its grade (4 grades fewer)
+        env_kwargs={"max_steps": 3, "grade_on_truncate": False, "sandbox_config": sandbox_config},
     ) as r:
         before = r.run()
         r.set_policy_version(1, weights=new)  # the trainer's step: weights reach the server

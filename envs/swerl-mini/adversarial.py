@@ -1237,7 +1237,7 @@ CONTROLS.append(
 # The second test file left as it is on disk; a child process writes pytest's bytecode cache
 # of it (compiled from other text under its name, stamped with the file's own mtime and size),
 # which pytest then loads instead of the file.
-FORGED_CACHE = r'''
+FORGED_CACHE = r"""
 
 def _prep():
     import os, subprocess, sys
@@ -1261,7 +1261,7 @@ def _prep():
 
 
 _prep()
-'''
+"""
 RED_TEAM.append(
     {
         "name": "forges-later-test-bytecode",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import threading
@@ -129,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     from swerl.tasks.sources import load_tasks
     from swerl.tasks.synth import synthesize
 
+    progress = logging.StreamHandler()  # stderr: "N validated at T s" every 25 tasks
+    progress.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    synth_log = logging.getLogger("swerl.tasks.synth.pipeline")
+    synth_log.addHandler(progress)
+    synth_log.setLevel(logging.INFO)
     specs = list(args.repos)
     if not args.no_history:
         specs += [str(suites_dir() / "swerl-mini" / "repos" / f"{b}.bundle") for b in BUNDLED]

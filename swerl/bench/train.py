@@ -36,8 +36,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import tempfile
 import time
+from collections import Counter
 from typing import Any
 
 from swerl.bench._stats import table
@@ -70,9 +72,10 @@ def _episode_costs(name: str, episodes: list[Episode]) -> str:
     n = max(1, len(episodes))
     mean = lambda f: sum(f(e) for e in episodes) / n  # noqa: E731
     start = mean(lambda e: float((e.grade or {}).get("timings", {}).get("start", 0.0)))
+    statuses = Counter(e.status for e in episodes)
     return (f"{name}: per episode (mean of {len(episodes)}): reset {mean(lambda e: e.timings.get('reset', 0.0)):.2f} s, "
             f"grading sandbox start {start:.2f} s, grading {mean(lambda e: e.timings.get('grade', 0.0)):.2f} s, "
-            f"whole episode {mean(lambda e: e.timings.get('total', 0.0)):.2f} s")  # fmt: skip
+            f"whole episode {mean(lambda e: e.timings.get('total', 0.0)):.2f} s; {dict(statuses)}")  # fmt: skip
 
 
 def run_trl(
@@ -197,24 +200,26 @@ def run_async(
     )
     taken: list[Episode] = []
     opt_s = 0.0
+    busy: list[int] = []  # episodes in flight whenever the trainer starts or ends a computation
     # up to `staleness` batches wait finished while the trainer steps: every one is consumed within the bound
     with runner, Prefetch(runner.stream(work), ahead=per_step * staleness) as stream:
         it = iter(stream)
         t0, g0, w0 = time.perf_counter(), 0, 0.0
         n_in_batch = 0
         for n, group in enumerate(it):
-            t = time.perf_counter()
+            t, before = time.perf_counter(), runner.in_flight
             # stream: each group's gradient as it arrives, the optimizer step once a batch is in
             _grpo_step(model, opt, [e for e in group if e.reward is not None], step=False)
             n_in_batch += 1
             if n_in_batch == per_step or n + 1 == groups:
                 opt.step()
                 opt.zero_grad()
-                sampler.load_weights(model)
+                sampler.load_weights(model, version=runner.policy_version + 1)  # staged, never waits
                 runner.set_policy_version(runner.policy_version + 1)
                 n_in_batch = 0
             if n >= per_step:  # the first batch (actors starting) is left out
                 opt_s += time.perf_counter() - t
+                busy += [before, runner.in_flight]
                 taken.extend(group)
             elif n == per_step - 1:  # the clocks start after the first step, as in trl-sync
                 t0, g0, w0 = time.perf_counter(), len(gen_seconds), stream.waited
@@ -235,13 +240,15 @@ def run_async(
     # generation runs beside the trainer here: the trainer's time is its waits and its updates
     row = _row("async", len(taken), envs, wall, 0.0, wait, _grading_share(taken))
     trainer = opt_s * envs / max(1, len(taken))
+    floor = 100 * max(0.0, 1 - trainer / env_alone)
     print(_episode_costs("async", taken))
     print(f"async: {stale} stale episodes re-run (max_staleness {staleness}); the sampler generated "
-          f"{gen:.1f} s beside the trainer")  # fmt: skip
+          f"{gen:.1f} s beside the trainer; {sum(busy) / max(1, len(busy)):.1f} of {envs} episodes "
+          f"in flight (mean) while the trainer computed")  # fmt: skip
     print(f"async: the envs alone (trainer idle) produce a batch of {envs} in {env_alone:.1f} s, the trainer "
           f"consumes one in {trainer:.1f} s: even with perfect overlap it waits at least "
-          f"{100 * max(0.0, 1 - trainer / env_alone):.0f}% of the time")  # fmt: skip
-    return row
+          f"{floor:.0f}% of the time")  # fmt: skip
+    return row, floor
 
 
 def _grpo_step(model: Any, opt: Any, group: list[Episode], step: bool = True) -> None:
@@ -266,6 +273,31 @@ def _grpo_step(model: Any, opt: Any, group: list[Episode], step: bool = True) ->
         opt.zero_grad()
 
 
+def _models(parser: argparse.ArgumentParser, layers: list[int], hidden: list[int]) -> list[tuple[str, str]]:
+    """(label, directory) per model size: random-init models built like the tiny one, no hub."""
+    from swerl.errors import ConfigError
+    from swerl.integrations.tiny_model import tiny_model
+
+    if len(layers) != len(hidden):
+        parser.error(f"--model-layers and --model-hidden pair up: got {len(layers)} and {len(hidden)} values")
+    out = []
+    for n, h in zip(layers, hidden, strict=True):
+        try:
+            out.append((f"{n}x{h}", str(tiny_model(layers=n, hidden=h))))
+        except ConfigError as e:
+            parser.error(str(e))
+    return out
+
+
+def _params(model_dir: str) -> float:
+    from transformers import AutoModelForCausalLM
+
+    return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model_dir).parameters()) / 1e6
+
+
+HEADER = ["loop", "episodes", "wall s", "generation", "environment", "grading", "optimizer", "waits on env %"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m swerl.bench train", description=__doc__)
     parser.add_argument("--envs", type=int, default=16, help="episodes in flight (= one TRL batch)")
@@ -281,48 +313,63 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--grade-pool", type=int, default=0, help="warm grading sandboxes per env (started at reset)"
     )
+    parser.add_argument(
+        "--model-layers", type=int, nargs="+", default=[2], help="the policy's layers, one per model size"
+    )
+    parser.add_argument(
+        "--model-hidden",
+        type=int,
+        nargs="+",
+        default=[128],
+        help="its hidden size (a multiple of 64), paired with --model-layers",
+    )
+    parser.add_argument(
+        "--runs", type=int, default=1, help="runs of each model size, the sizes alternating run by run"
+    )
     args = parser.parse_args(argv)
     if args.envs % 4:
         parser.error("--envs must be a multiple of 4 (GRPO groups of 4)")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from swerl.integrations.tiny_model import tiny_model
     from swerl.rollout.runner import ensure_ray
     from swerl.tasks.images import build_task_images
     from swerl.tasks.sources import load_tasks
 
+    models = _models(parser, args.model_layers, args.model_hidden)
     tasks = load_tasks("swerl-mini")
     build_task_images(tasks)
     ensure_ray()
-    model_dir = str(tiny_model())
-    load0 = os.getloadavg()[0]
     env_kwargs = {"pool_size": args.pool, "grade_pool_size": args.grade_pool}
-    with tempfile.TemporaryDirectory() as d:
-        rows = [
-            run_trl(
-                tasks, model_dir, args.envs, args.steps, args.max_new_tokens, f"{d}/trl.jsonl", env_kwargs
-            )
-        ]
     groups = args.steps * args.envs // 4  # one optimizer step per batch of --envs episodes, as TRL
-    rows.append(
-        run_async(tasks, model_dir, args.envs, groups, args.max_new_tokens, args.staleness, env_kwargs)
-    )
-    print(f"warm pools per env: {args.pool} agent, {args.grade_pool} grading sandboxes")
-    print(f"{args.envs} envs in flight; seconds per batch of {args.envs} episodes; {os.cpu_count()} CPUs, "
-          f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}")  # fmt: skip
-    header = [
-        "loop",
-        "episodes",
-        "wall s",
-        "generation",
-        "environment",
-        "grading",
-        "optimizer",
-        "waits on env %",
-    ]
-    print(table(header, rows))
-    sync, async_ = rows
-    print(
-        f"async vs trl-sync: {sync[2] / async_[2]:.2f}x the episodes per second; "
-        f"trainer waits on the environment {async_[7]:.0f}% vs {sync[7]:.0f}% of the time"
-    )
+    print(f"warm pools per env: {args.pool} agent, {args.grade_pool} grading sandboxes; {args.envs} envs in "
+          f"flight; seconds per batch of {args.envs} episodes; {os.cpu_count()} CPUs")  # fmt: skip
+    waits: dict[tuple[str, str], list[float]] = {}
+    floors: dict[str, list[float]] = {}
+    updates: dict[tuple[str, str], list[float]] = {}
+    for run in range(args.runs):
+        for label, model_dir in models:  # alternate: drift in the box's load hits every size alike
+            load0 = os.getloadavg()[0]
+            print(
+                f"== run {run + 1}/{args.runs}, model {label} ({_params(model_dir):.1f}M parameters)",
+                flush=True,
+            )
+            with tempfile.TemporaryDirectory() as d:
+                sync = run_trl(tasks, model_dir, args.envs, args.steps, args.max_new_tokens, f"{d}/trl.jsonl", env_kwargs)  # fmt: skip
+            async_, floor = run_async(
+                tasks, model_dir, args.envs, groups, args.max_new_tokens, args.staleness, env_kwargs
+            )
+            print(f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}")
+            print(table(HEADER, [sync, async_]), flush=True)
+            for row in (sync, async_):
+                waits.setdefault((label, row[0]), []).append(row[7])
+                updates.setdefault((label, row[0]), []).append(row[6])
+            floors.setdefault(label, []).append(floor)
+    rows = []
+    for (label, loop), w in waits.items():
+        floor = f"{statistics.median(floors[label]):.0f}" if loop == "async" else ""
+        rows.append([label, loop, " / ".join(f"{x:.0f}" for x in w), statistics.median(w),
+                     statistics.median(updates[label, loop]), floor])  # fmt: skip
+    print(f"trainer waits on the environment, % of wall time, per run and median of {args.runs}:")
+    print(table(["model", "loop", "per run", "median %", "optimizer s/batch", "async floor %"], rows))
     return 0

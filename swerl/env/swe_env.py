@@ -179,7 +179,7 @@ class SWEEnv(gym.Env[str, str]):
         """A started agent sandbox; its history is scrubbed when it is made (in the pool,
         off reset's path), closed again if that fails."""
         if self.pool:
-            return self.pool.acquire(image)
+            return self.pool.acquire(image, refill=False)  # reset refills, for the next episode
         sandbox = self._new_sandbox(image).start()
         if self.scrub_history:
             try:
@@ -212,12 +212,16 @@ class SWEEnv(gym.Env[str, str]):
 
     # --------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        """Start an episode. ``options``: ``task`` (an id, Instance or dict; else a random one),
+        ``snapshot`` (restore that instead), ``next_task`` (the task this env runs next: with a
+        warm pool, its sandbox starts during this episode instead of another of this image)."""
         super().reset(seed=seed)
         options = options or {}
         if options.get("snapshot") is not None:
             return self.restore(options["snapshot"])
         self._release()
         self.task = self._choose_task(options.get("task"))
+        nxt = self._choose_task(options["next_task"]) if options.get("next_task") is not None else None
         if self.task.graded_by_harbor and self.grading is GradingMode.OFFICIAL:
             official_user_deviation(self.task, self.backend)  # refused before the episode, not after it
         self._prewarm_grading(self.task)
@@ -232,8 +236,8 @@ class SWEEnv(gym.Env[str, str]):
         self._t0 = time.monotonic()
         self._done = False
         self._last_obs = self.task.problem_statement
-        if self.pool:
-            self.pool.prewarm(self.task.image)
+        if self.pool:  # one start per episode: the next episode's image when known, else this one's
+            self.pool.prewarm((nxt or self.task).image)
         return self._last_obs, self._info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:

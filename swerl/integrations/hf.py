@@ -31,20 +31,35 @@ class HFGenerator:
         self.top_k = top_k
         self.top_p = top_p
         self._lock = threading.Lock()
+        self._staged: tuple[dict[str, Any], int | None] | None = None
+        self._staged_lock = threading.Lock()
+        self.version: int | None = None
+        """The policy version of the weights it samples with (``load_weights(..., version)``)."""
 
-    def load_weights(self, model: Any) -> None:
-        """Copy ``model``'s weights into this generator's model, between two ``generate`` calls:
-        a sampler that runs while the trainer updates its own copy (``swerl.rollout.prefetch``)."""
+    def load_weights(self, model: Any, version: int | None = None) -> None:
+        """Stage a copy of ``model``'s weights; the next ``generate`` starts from them.
+
+        For a sampler that runs while the trainer updates its own copy
+        (``swerl.rollout.prefetch``): the trainer pays for the copy but never waits for a
+        generation in progress, and each ``Generation`` carries the ``version`` it was sampled by.
+        """
         import torch
 
-        with self._lock, torch.no_grad():
-            self.model.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            staged = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        with self._staged_lock:
+            self._staged = (staged, version)
 
     def generate(self, prompts: list[list[int]], max_new_tokens: list[int] | None = None) -> list[Generation]:
         """One completion per prompt; ``max_new_tokens`` caps each (below this generator's own)."""
 
         caps = [min(self.max_new_tokens, c) for c in max_new_tokens or [self.max_new_tokens] * len(prompts)]
         with self._lock:
+            with self._staged_lock:
+                staged, self._staged = self._staged, None
+            if staged is not None:
+                self.model.load_state_dict(staged[0])
+                self.version = staged[1]
             return self._generate(prompts, caps)
 
     def _generate(self, prompts: list[list[int]], caps: list[int]) -> list[Generation]:
@@ -81,5 +96,6 @@ class HFGenerator:
         for row, lp, cap in zip(out.sequences[:, width:].tolist(), scores.tolist(), caps, strict=True):
             row = row[:cap]
             n = row.index(eos) + 1 if eos in row else len(row)
-            gens.append(Generation(row[:n], [float(x) for x in lp[:n]], "stop" if eos in row else "length"))
+            reason = "stop" if eos in row else "length"
+            gens.append(Generation(row[:n], [float(x) for x in lp[:n]], reason, self.version))
         return gens

@@ -5,6 +5,8 @@ on the bundled tasks' text, wrapped in ``PreTrainedTokenizerFast`` with a
 ChatML-style chat template (tools and tool messages included), and paired with
 a two-layer ``Qwen2ForCausalLM`` (head_dim 64, so vLLM's CPU attention serves it too). ``tiny_model()`` saves both once and returns
 the directory, which ``from_pretrained`` and ``transformers serve`` both load.
+``tiny_model(layers=8, hidden=512)`` builds a larger one the same way (random weights, the
+same tokenizer), for benchmarks whose trainer should cost what a real model's update costs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from pathlib import Path
 
 from swerl.env.actions import FORMAT_HELP
+from swerl.errors import ConfigError
 from swerl.tasks.sources import load_tasks
 
 CHAT_TEMPLATE = (
@@ -25,12 +28,25 @@ CHAT_TEMPLATE = (
 )
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 VERSION = "3"
+LAYERS, HIDDEN = 2, 128
+"""The tiny model's size; ``hidden`` is heads x 64 (vLLM's CPU attention needs head_dim 64)."""
 
 
-def default_dir() -> Path:
-    """Where the model is cached: ``$SWERL_TINY_MODEL``, else ``~/.cache/swerl/tiny-model-v3``."""
+def default_dir(layers: int = LAYERS, hidden: int = HIDDEN) -> Path:
+    """Where the model is cached: ``$SWERL_TINY_MODEL``, else ``~/.cache/swerl/tiny-model-v3``
+    (another size: ``tiny-model-v3-L{layers}-H{hidden}`` beside it)."""
     env = os.environ.get("SWERL_TINY_MODEL")
-    return Path(env) if env else Path.home() / ".cache" / "swerl" / f"tiny-model-v{VERSION}"
+    base = Path(env) if env else Path.home() / ".cache" / "swerl" / f"tiny-model-v{VERSION}"
+    return (
+        base if (layers, hidden) == (LAYERS, HIDDEN) else base.with_name(f"{base.name}-L{layers}-H{hidden}")
+    )
+
+
+def check_size(layers: int, hidden: int) -> None:
+    if layers < 1:
+        raise ConfigError(f"the model needs at least 1 layer, got layers={layers}")
+    if hidden < 64 or hidden % 64:
+        raise ConfigError(f"hidden must be a positive multiple of 64 (heads of 64), got hidden={hidden}")
 
 
 def _corpus() -> list[str]:
@@ -64,18 +80,19 @@ def build_tokenizer(vocab_size: int = 512):
     )
 
 
-def build_model(tokenizer, seed: int = 0):
+def build_model(tokenizer, seed: int = 0, layers: int = LAYERS, hidden: int = HIDDEN):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    check_size(layers, hidden)
     torch.manual_seed(seed)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
-        hidden_size=128,  # head_dim 64: the smallest vLLM's CPU attention accepts
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+        hidden_size=hidden,  # head_dim 64: the smallest vLLM's CPU attention accepts
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 64,
         max_position_embeddings=8192,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -89,15 +106,19 @@ def build_model(tokenizer, seed: int = 0):
     return model
 
 
-def tiny_model(path: str | os.PathLike | None = None, seed: int = 0) -> Path:
-    """Build (once) and save the tiny model and its tokenizer; return the directory."""
-    out = Path(path) if path else default_dir()
+def tiny_model(
+    path: str | os.PathLike | None = None, seed: int = 0, layers: int = LAYERS, hidden: int = HIDDEN
+) -> Path:
+    """Build (once) and save the tiny model (or one of ``layers`` x ``hidden``) and its
+    tokenizer; return the directory."""
+    check_size(layers, hidden)
+    out = Path(path) if path else default_dir(layers, hidden)
     if (out / "config.json").exists() and (out / "tokenizer.json").exists():
         return out
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     tokenizer = build_tokenizer()
     tokenizer.save_pretrained(tmp)
-    build_model(tokenizer, seed).save_pretrained(tmp)
+    build_model(tokenizer, seed, layers, hidden).save_pretrained(tmp)
     tmp.mkdir(parents=True, exist_ok=True)
     try:
         tmp.rename(out)

@@ -26,6 +26,8 @@ class Generation:
     logprobs: list[float] | None
     finish_reason: str
     """"stop" (the model ended its turn) or "length" (cut at max_new_tokens)."""
+    policy_version: int | None = None
+    """The version of the weights that sampled it, when the generator knows (else the policy's)."""
 
 
 class Generator(Protocol):
@@ -131,7 +133,7 @@ class ModelPolicy:
             gen = by_index[i]
             st.chat.add_completion(gen.ids)  # type: ignore[union-attr]
             turn.completion_ids, turn.logprobs, turn.finish_reason = gen.ids, gen.logprobs, gen.finish_reason
-            turn.policy_version = self.policy_version
+            turn.policy_version = self.policy_version if gen.policy_version is None else gen.policy_version
             reply = tok.decode(gen.ids, skip_special_tokens=True)
             out.append(Decision(self.format.action(st.format_state, reply, gen.ids), turn.to_info()))
         return out

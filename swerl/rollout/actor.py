@@ -24,6 +24,7 @@ from swerl.policies.base import STOP, Policy, as_decision
 from swerl.rollout.nodes import current_node
 from swerl.rollout.recorder import EpisodeRecorder
 from swerl.sandbox.base import SandboxConfig
+from swerl.sandbox.pool import PoolStats
 from swerl.tasks.instance import Instance
 
 
@@ -59,14 +60,28 @@ class EnvActorImpl:
     def ping(self) -> str:
         return self.actor_id
 
+    def pool_stats(self) -> dict[str, dict[str, int]]:
+        """The warm pools' counts summed over this actor's envs: ``agent`` and ``grading``."""
+        out: dict[str, dict[str, int]] = {}
+        for role, attr in (("agent", "pool"), ("grading", "grade_pool")):
+            pools = [getattr(env, attr) for env in self.envs if getattr(env, attr) is not None]
+            out[role] = {k: sum(getattr(p.stats, k) for p in pools) for k in PoolStats.__dataclass_fields__}
+        return out
+
     # ------------------------------------------------ policy inside the actor
     def run_episode(
-        self, slot: int, task_id: str, attempt: int, policy: Policy, snapshot: Any = None
+        self,
+        slot: int,
+        task_id: str,
+        attempt: int,
+        policy: Policy,
+        snapshot: Any = None,
+        next_task: str | None = None,
     ) -> dict[str, Any]:
         env = self.envs[slot]
         rec = EpisodeRecorder(task_id, attempt, self._where(slot, snapshot), _first_step(snapshot))
         try:
-            obs, _info = env.reset(options=_reset_options(task_id, snapshot))
+            obs, _info = env.reset(options=_reset_options(task_id, snapshot, next_task))
         except InfraError as e:
             return rec.fail(e).to_dict()
         rec.reset_done()
@@ -86,13 +101,15 @@ class EnvActorImpl:
 
     # ------------------------------------------------ policy in the driver
     def reset(
-        self, slot: int, task_id: str, attempt: int, snapshot: Any = None
+        self, slot: int, task_id: str, attempt: int, snapshot: Any = None, next_task: str | None = None
     ) -> tuple[str, dict[str, Any]]:
+        """Start an episode; ``next_task``: the one this slot runs next, whose sandbox the env's
+        warm pool starts during this episode."""
         rec = EpisodeRecorder(task_id, attempt, self._where(slot, snapshot), _first_step(snapshot))
         with self._lock:
             self._recorders[slot] = rec
         try:
-            obs, info = self.envs[slot].reset(options=_reset_options(task_id, snapshot))
+            obs, info = self.envs[slot].reset(options=_reset_options(task_id, snapshot, next_task))
         except InfraError as e:
             return "", {"done": True, "episode": rec.fail(e).to_dict()}
         rec.reset_done()
@@ -148,8 +165,10 @@ def _first_step(snapshot: Any) -> int:
     return snapshot.step + 1 if snapshot is not None else 1
 
 
-def _reset_options(task_id: str, snapshot: Any) -> dict[str, Any]:
-    return {"snapshot": snapshot} if snapshot is not None else {"task": task_id}
+def _reset_options(task_id: str, snapshot: Any, next_task: str | None = None) -> dict[str, Any]:
+    if snapshot is not None:
+        return {"snapshot": snapshot}
+    return {"task": task_id} | ({"next_task": next_task} if next_task else {})
 
 
 EnvActor = ray.remote(EnvActorImpl)

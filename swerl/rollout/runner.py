@@ -15,6 +15,11 @@ its ``age`` (versions behind when handed out). With ``max_staleness``, an
 episode older than that is dropped or re-run (``stale="drop"|"rerun"``), counted
 in ``stats``. A re-run that comes back stale again is handed out anyway, its age
 on record, so a slow task is never starved.
+
+Warm sandboxes (``env_kwargs={"pool_size": 1}``): each slot that starts an episode while
+more work waits reserves its next item and its env starts that item's sandbox during the
+current episode (``next_task`` at reset), so the next reset takes a started sandbox. A
+free slot with nothing to do takes another slot's reservation rather than idle.
 """
 
 from __future__ import annotations
@@ -152,6 +157,11 @@ class RolloutRunner:
         self.node_failures: list[NodeFailure] = []
         self._actor_where: dict[str, Any] = {}
         """actor id -> ref of its ``where()`` (its node), asked when it starts."""
+        self.reserve_next = bool(self.env_kwargs.get("pool_size")) and snapshot is None
+        """Reserve each slot's next item so its env warms that sandbox (with a warm pool; a branch
+        run restores every episode from the one image, which the pool refills anyway)."""
+        self._reserved: dict[ActorSlot, Work] = {}
+        """slot -> the item it runs next, its sandbox warming in that slot's env."""
 
     def set_policy_version(self, version: int, weights: Any = None) -> None:
         """The trainer updated the policy: episodes launched from now on carry ``version``.
@@ -232,6 +242,7 @@ class RolloutRunner:
         self._actor_where.clear()
         self._free.clear()
         self._inflight.clear()
+        self._reserved.clear()
 
     def __enter__(self) -> RolloutRunner:
         return self.start()
@@ -278,8 +289,9 @@ class RolloutRunner:
             sink = JsonlSink(self.sink_path)
         queue = self._todo(done) if explicit is None else explicit
         finished = False
+        self._reserved.clear()
         try:
-            while queue or self._inflight:
+            while queue or self._inflight or self._reserved:
                 self._fill(queue)
                 if not self._inflight:
                     if queue and self._free:  # only retries that are backing off
@@ -340,11 +352,34 @@ class RolloutRunner:
 
     def _fill(self, queue: deque[Work]) -> None:
         now = time.monotonic()
+        launched: list[Running] = []
+        for slot in [s for s in self._free if s in self._reserved]:  # its sandbox is warming: run it
+            if self._running() + len(launched) >= self.max_in_flight:
+                break
+            self._free.remove(slot)
+            launched.append(Running(self._reserved.pop(slot), slot))
         for work in [w for w in queue if w.not_before <= now]:
-            if not self._free or self._running() >= self.max_in_flight:
-                return
+            if not self._free or self._running() + len(launched) >= self.max_in_flight:
+                break
             queue.remove(work)
-            self._launch(Running(work, self._take_slot(work.avoid)))
+            launched.append(Running(work, self._take_slot(work.avoid)))
+        while self._free and self._reserved and self._running() + len(launched) < self.max_in_flight:
+            _, work = self._reserved.popitem()  # nothing else to do: run another slot's next item
+            self.stats["reservations_taken"] += 1
+            launched.append(Running(work, self._take_slot(None)))
+        for run in launched:  # reserve only what the free slots left over
+            self._launch(run, self._reserve(run.slot, queue, now))
+
+    def _reserve(self, slot: ActorSlot, queue: deque[Work], now: float) -> Work | None:
+        """Take the slot's next item out of the queue, so its env warms that sandbox meanwhile."""
+        if not self.reserve_next or slot in self._reserved:
+            return self._reserved.get(slot)
+        for work in queue:
+            if work.not_before <= now and work.avoid != slot.actor_id:
+                queue.remove(work)
+                self._reserved[slot] = work
+                return work
+        return None
 
     def _retry(self, w: Work, queue: deque[Work], avoid: str) -> None:
         """Requeue ``w`` on another actor after a backoff (1, 2, 4... times retry_delay)."""
@@ -352,22 +387,31 @@ class RolloutRunner:
         delay = self.retry_delay * 2**w.retries
         queue.appendleft(replace(w, retries=w.retries + 1, avoid=avoid, not_before=time.monotonic() + delay))
 
-    def _launch(self, run: Running) -> None:
+    def _launch(self, run: Running, next_work: Work | None = None) -> None:
+        """Start the episode; ``next_work``: the slot's reserved next item, whose sandbox its env
+        starts during this episode (none: the env refills the current image, as always)."""
         w, s = run.work, run.slot
         w.version = self.policy_version
         w.born = w.born or time.monotonic()
+        hint = {"next_task": next_work.task_id} if next_work is not None else {}
         if self.policy.placement == "actor":
             ref = s.handle.run_episode.remote(
-                s.index, w.task_id, w.attempt, self._policy_ref, self._snapshot_ref
+                s.index, w.task_id, w.attempt, self._policy_ref, self._snapshot_ref, **hint
             )
             run.kind = "episode"
         else:
-            ref = s.handle.reset.remote(s.index, w.task_id, w.attempt, self._snapshot_ref)
+            ref = s.handle.reset.remote(s.index, w.task_id, w.attempt, self._snapshot_ref, **hint)
             run.kind = "reset"
         self._inflight[ref] = [run]
 
     def _running(self) -> int:
         return sum(len(runs) for runs in self._inflight.values())
+
+    @property
+    def in_flight(self) -> int:
+        """Episodes running now, readable from another thread than the stream's (a trainer
+        checking that episodes run during its update)."""
+        return sum(len(runs) for runs in list(self._inflight.values()))
 
     def _collect(self, queue: deque[Work]) -> list[Episode]:
         """Wait for at least one result, take every ready one, return finished episodes."""
@@ -448,6 +492,8 @@ class RolloutRunner:
         dead = runs[0].slot.actor_id
         victims = runs + [r for rs in self._inflight.values() for r in rs if r.slot.actor_id == dead]
         self._inflight = {k: rs for k, rs in self._inflight.items() if rs[0].slot.actor_id != dead}
+        for slot in [s for s in self._reserved if s.actor_id == dead]:  # its warm sandbox died with it
+            queue.appendleft(self._reserved.pop(slot))
         if dead in self._actors:
             self._check_node(dead, sum(r.work.retries < self.max_retries for r in victims))
         self._actor_died(dead, error)

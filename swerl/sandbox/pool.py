@@ -118,7 +118,11 @@ class SandboxPool:
         self._idle.setdefault(image, deque())
         self._idle.move_to_end(image)  # the most recently wanted image is evicted last
         while not self._closed and len(self._idle[image]) + self._pending.get(image, 0) < self.size:
-            if self.max_idle is not None and self._held() >= self.max_idle and not self._evict_locked(image):
+            full = self.max_idle is not None and self._held() >= self.max_idle
+            # at the cap with only other images' starts to blame: start this one anyway (the image
+            # wanted last); the least recently wanted is closed when they arrive (_trim_locked)
+            others_starting = any(n for other, n in self._pending.items() if other != image)
+            if full and not self._evict_locked(image) and not others_starting:
                 return
             self._pending[image] = self._pending.get(image, 0) + 1
             self._executor.submit(self._start_one, image)
@@ -156,7 +160,15 @@ class SandboxPool:
                     sandbox.close()
                 else:
                     self._idle.setdefault(image, deque()).append(sandbox)
+                    self._trim_locked()
             self._cond.notify_all()
+
+    def _trim_locked(self) -> None:
+        """Back under ``max_idle`` after a start that went over it: close the idle sandboxes of
+        the least recently wanted images, never the most recently wanted one's."""
+        keep = next(reversed(self._idle))
+        while self.max_idle is not None and self._held() > self.max_idle and self._evict_locked(keep):
+            pass
 
     def close(self) -> None:
         """Close every idle sandbox, wait for the starts under way (closing what they

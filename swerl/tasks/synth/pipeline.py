@@ -451,6 +451,9 @@ class _Stream:
     def _keep(self, src: _Source, inst: Instance, c: Candidate) -> None:
         src.kept.append((inst, c))
         src.rr.validated_at.append(round(time.monotonic() - self.started, 1))
+        total = sum(len(s.kept) for s in self.sources)
+        if total % 25 == 0:  # progress for whoever watches an hour-long run
+            log.info("synth: %d validated at %.0f s", total, time.monotonic() - self.started)
         counts = src.rr.method_counts.setdefault(c.method, {})
         counts["validated"] = counts.get("validated", 0) + 1
 
