@@ -498,9 +498,9 @@ def test_a_runner_directory_that_cannot_be_set_up_is_an_infra_error(tk1, task_im
         sb = make(image)
         start = sb.start
 
-        def blocked():  # a file where the config mirror's directory goes
+        def blocked():  # a directory (not empty) where the runner's file goes: unpacking it fails
             start()
-            assert sb.execute(f"mkdir -p {path} && touch {path}/base", cwd="/").ok
+            assert sb.execute(f"mkdir -p {path}/run.py/x", cwd="/").ok
             return sb
 
         sb.start = blocked

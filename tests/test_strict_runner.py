@@ -136,6 +136,21 @@ def add(a, b):  # a later test's call reports a pass for the failing one, on the
 """
 
 
+THREAD_SWAP = """
+import threading, _pytest.python as _p
+
+
+def _passes(pyfuncitem):
+    return True
+
+
+# the assignment runs with no frame of this file on the stack: only the record of bodies sees it
+_t = threading.Timer(0, setattr, (_p.pytest_pyfunc_call, "__code__", _passes.__code__))
+_t.start()
+_t.join()
+"""
+
+
 BACKDATED = """
 import os as _os, sys as _sys, tempfile as _tempfile
 
@@ -198,6 +213,7 @@ def add(a, b):
             "__code__",
         ),
         ('\nexec(compile("X = 1", __import__("os").__file__, "exec"))\n', "another file's name"),
+        (THREAD_SWAP, "pytest_pyfunc_call (its body)"),
         (
             '\nimport os, json\nfor _fd in os.listdir("/proc/self/fd"):\n'
             '    if int(_fd) > 2 and os.readlink("/proc/self/fd/" + _fd).startswith("pipe:"):\n'
@@ -215,6 +231,7 @@ def add(a, b):
         "pipe-forge",
         "code-swap",
         "forged-filename",
+        "thread-code-swap",
         "pipe-garbage",
         "backdated-module",
         "always-equal",
@@ -239,6 +256,28 @@ class TestAdd(unittest.TestCase):
     def test_zero(self):
         self.assertEqual(add(0, 0), 0)
 """
+
+
+EQUAL_IN_A_LIST = (
+    "\n\nclass _Any:\n    def __eq__(self, other):\n        return True\n\n\n_add = add\nadd = lambda a, b: _Any()\n",
+    "from pkg import add\n\n\ndef test_add():\n    assert [add(1, 2)] == [3]\n\n\n"
+    "def test_zero():\n    assert {'sum': (add(0, 0),)} == {'sum': (0,)}\n",
+)
+TESTCASE_EQUAL = (
+    "\n\nclass _Any(int):\n    def __eq__(self, other):\n        return True\n\n\n_add = add\n"
+    "add = lambda a, b: _Any(_add(a, b))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("tail", "tests"), [(*EQUAL_IN_A_LIST,), (TESTCASE_EQUAL, "UNITTEST")], ids=["in-containers", "testcase"]
+)
+def test_a_value_equal_to_anything_is_refused_wherever_it_is_compared(tmp_path, tail, tests):
+    v, _, proc = run_strict(tmp_path, tail, UNITTEST_TESTS if tests == "UNITTEST" else tests)
+    assert any("compared a _Any whose __eq__ says it equals anything" in r for r in v.refused), (
+        v.refused,
+        proc.stdout[-2000:],
+    )
 
 
 def test_unittest_is_watched_like_pytest(tmp_path):

@@ -50,8 +50,10 @@ def official_log(run_id: str, inst: Instance) -> str:
 
 
 STRICT_STEPS = ("scrub", "allowlist")
-"""What strict mode adds to a grade in steps of its own (its timings keys); the runner's set-up
-and the verdict's HMAC chain run inside ``eval``, beside the tests."""
+"""What strict mode adds to a grade in steps of its own (its timings keys); the history scrub
+and both tree listings run inside ``apply`` (one command with the patch's apply; ``scrub`` is
+its own step only when there is no patch), the runner's set-up and the verdict's HMAC chain
+inside ``eval``, beside the tests."""
 
 
 def official_grade(inst: Instance, patch: str, client: object, run_id: str) -> str:
@@ -204,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"strict mode: {totals['strict'] / n:.2f} s per grade against official's {totals['swerl'] / n:.2f} s "
         f"({extra:+.1%}); goal (< +10%): {'met' if extra < 0.10 else 'NOT met'}; its own steps "
-        f"(history scrub with the first tree listing, second listing and allowlist) take {statistics.median(own) * 1000:.0f} ms per grade (median)"
+        f"(reverts and ignore checks of the allowlist; the scrub and listings run in the apply command) take "
+        f"{statistics.median(own) * 1000:.0f} ms per grade (median)"
     )
     return 1 if mismatches else 0

@@ -20,8 +20,9 @@ import json
 import re
 import secrets
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
@@ -78,16 +79,21 @@ def strict_script(eval_script: str, run: RunDir) -> str:
     return "".join(lines[:head]) + preamble(run) + "".join(lines[head:])
 
 
-def setup_command(run: RunDir, base_commit: str) -> str:
-    """Fill the run directory: the base commit's pytest config files mirrored under ``base/``
-    (names read NUL-separated, never quoted; a file that cannot be read fails the set-up)."""
-    d, base = shlex.quote(run.path), shlex.quote(base_commit)
-    names = " ".join(f"-e {shlex.quote('(^|/)' + re.escape(n) + '$')}" for n in CONFIG_NAMES)
-    return (
-        f"mkdir -p {d}/base && chmod 700 {d} && "
-        f"git -c core.hooksPath=/dev/null ls-tree -r -z --name-only {base} "
-        f'| grep -zE {names} | while IFS= read -r -d \'\' p; do mkdir -p {d}/base/"$(dirname "$p")" && '
-        f'git cat-file blob {base}:"$p" > {d}/base/"$p" || exit 1; done'
+def config_files(tracked: Iterable[str]) -> list[str]:
+    """The paths among ``tracked`` (the base commit's files) that pytest may read its
+    configuration from: the files the runner's ``base/`` mirror holds."""
+    return sorted(p for p in tracked if PurePosixPath(p).name in CONFIG_NAMES)
+
+
+def setup_command(run: RunDir, base_commit: str, configs: Iterable[str]) -> str:
+    """Fill the mirror of the base commit's pytest config files under ``base/`` (its
+    directories come with the run directory's archive): one ``git cat-file`` a file, names
+    quoted, never parsed; a file that cannot be read fails the set-up."""
+    d = run.path
+    git = "git -c core.hooksPath=/dev/null cat-file blob"
+    return " && ".join(
+        [f"{git} {shlex.quote(f'{base_commit}:{p}')} > {shlex.quote(f'{d}/base/{p}')}" for p in configs]
+        or [":"]
     )
 
 

@@ -36,6 +36,7 @@ from swerl.grading.channel import (
     RUNNER_SOURCE,
     RunDir,
     Verdict,
+    config_files,
     read_verdict,
     runs_pytest,
     setup_command,
@@ -130,11 +131,20 @@ def evaluate(
         timings["start"] = time.monotonic() - t
         t = time.monotonic()
         before: dict[str, Entry] = {}
-        if integrity is not None:
+        first, then, before_file = "", "", ""
+        if integrity is not None and not patch:
             before = _scrub_and_list(sb)
             timings["scrub"] = time.monotonic() - t
             t = time.monotonic()
-        applied, apply_output, apply_command = (True, "", "") if not patch else _apply(sb, patch, strict)
+        elif integrity is not None:  # scrub and first listing in the apply command: one round trip
+            before_file = f"/tmp/.swerl-before-{secrets.token_hex(8)}"
+            first = f"{{ {_scrub_and_list_command()}; }} > {before_file} 2>&1"
+            then = _tree_command(instance.base_commit)
+        applied, apply_output, apply_command, listed = (
+            (True, "", "", None) if not patch else _apply(sb, patch, strict, then=then, first=first)
+        )
+        if before_file:
+            before = _scrub_and_list(sb, _read_bytes(sb, before_file) or b"")
         timings["apply"] = time.monotonic() - t
         if integrity is not None and _GIT_WRITTEN in apply_output:
             integrity.reverted[".git"] = (
@@ -145,7 +155,7 @@ def evaluate(
         run = None
         if integrity is not None:
             t = time.monotonic()
-            changed = _enforce_allowlist(sb, instance, before, integrity)
+            changed, tracked = _enforce_allowlist(sb, instance, before, integrity, listed)
             timings["allowlist"] = time.monotonic() - t
             run = RunDir.new()
         t = time.monotonic()
@@ -153,7 +163,8 @@ def evaluate(
             _write(sb, EVAL_SCRIPT_PATH, spec.eval_script.encode())
             command = f"/bin/bash {EVAL_SCRIPT_PATH}"
         else:  # the runner's directory is filled by the same command that runs the script
-            command = _write_run_dir(sb, instance, run, changed, strict_script(spec.eval_script, run))
+            script = strict_script(spec.eval_script, run)
+            command = _write_run_dir(sb, instance, run, changed, script, config_files(tracked))
         r = sb.execute(command, cwd=CONTAINER_WORKDIR, timeout=timeout)
         timings["eval"] = time.monotonic() - t
         if run is not None and r.output.startswith(_SETUP_FAILED):
@@ -187,47 +198,60 @@ def _read_bytes(sb: Sandbox, path: str) -> bytes | None:
 _SPLIT = b"\0//SWERL-SPLIT//\0"  # no path either listing can print: separates the two
 
 
-def _list_tree(sb: Sandbox, base: str = "") -> Any:
+def _tree_command(base: str = "") -> str:
+    """:data:`LIST_TREE`; with ``base``, then the paths it tracks (after :data:`_SPLIT`)."""
+    if not base:
+        return LIST_TREE
+    return (
+        f"{{ {LIST_TREE} && printf '\\0//SWERL-SPLIT//\\0' && "
+        f"git -c core.hooksPath=/dev/null ls-tree -r -z --name-only {shlex.quote(base)}; }}"
+    )
+
+
+def _list_tree(sb: Sandbox, base: str = "", raw: bytes | None = None) -> Any:
     """The repository's entries (``.git`` included); with ``base``, also the paths it tracks.
 
-    Read from the command's output; one too long for the output cap is written to a file
-    and read back whole, so a listing is never cut."""
-    cmd = LIST_TREE
-    if base:
-        cmd = (
-            f"{{ {LIST_TREE} && printf '\\0//SWERL-SPLIT//\\0' && "
-            f"git -c core.hooksPath=/dev/null ls-tree -r -z --name-only {shlex.quote(base)}; }}"
-        )
-    r = sb.execute(cmd, cwd=CONTAINER_WORKDIR)
-    raw = r.raw
-    if r.ok and r.truncated:
-        out = f"/tmp/.swerl-tree-{secrets.token_hex(6)}"
-        r = sb.execute(f"{cmd} > {out}", cwd=CONTAINER_WORKDIR)
-        raw = sb.read_file(out) if r.ok else b""
-        sb.execute(f"rm -f {out}", cwd="/")
-    if not r.ok:
-        raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
+    Read from the command's output (``raw``: the output of :func:`_tree_command`, already
+    read whole by the apply step's command); one too long for the output cap is written to a
+    file and read back whole, so a listing is never cut."""
+    cmd = _tree_command(base)
+    if raw is None:
+        r = sb.execute(cmd, cwd=CONTAINER_WORKDIR)
+        raw = r.raw
+        if r.ok and r.truncated:
+            out = f"/tmp/.swerl-tree-{secrets.token_hex(6)}"
+            r = sb.execute(f"{cmd} > {out}", cwd=CONTAINER_WORKDIR)
+            raw = sb.read_file(out) if r.ok else b""
+            sb.execute(f"rm -f {out}", cwd="/")
+        if not r.ok:
+            raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
     if not base:
         return parse_listing(raw)
     listing, _, tracked = raw.partition(_SPLIT)
     return parse_listing(listing), {p.decode("utf-8", "surrogateescape") for p in tracked.split(b"\0") if p}
 
 
-def _scrub_and_list(sb: Sandbox) -> dict[str, Entry]:
-    """Drop the history past the base commit (:data:`SCRUB_SCRIPT`), then list the tree:
-    one command, one round trip. Raises SandboxError when either fails."""
-    r = sb.execute(
+def _scrub_and_list_command() -> str:
+    """Drop the history past the base commit (:data:`SCRUB_SCRIPT`), then list the tree."""
+    return (
         f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {shlex.quote(CONTAINER_WORKDIR)} && "
-        f"printf '\\0//SWERL-SPLIT//\\0' && {LIST_TREE}",
-        cwd=CONTAINER_WORKDIR,
-        timeout=600.0,
+        f"printf '\\0//SWERL-SPLIT//\\0' && {LIST_TREE}"
     )
-    said, split, listing = r.raw.partition(_SPLIT)
+
+
+def _scrub_and_list(sb: Sandbox, raw: bytes | None = None) -> dict[str, Entry]:
+    """Run :func:`_scrub_and_list_command` (one round trip), or read ``raw``: its output, which
+    the apply step's command wrote to a file. Raises SandboxError when either step failed."""
+    truncated = False
+    if raw is None:
+        r = sb.execute(_scrub_and_list_command(), cwd=CONTAINER_WORKDIR, timeout=600.0)
+        raw, truncated = r.raw, r.truncated
+        if not r.ok and _SPLIT in raw:
+            raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
+    said, split, listing = raw.partition(_SPLIT)
     if not split or said.decode(errors="replace").strip().splitlines()[-1:] not in (["clean"], ["scrubbed"]):
-        raise SandboxError(f"cannot scrub the git history (exit {r.returncode}): {r.output[-500:]}")
-    if not r.ok:
-        raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
-    return _list_tree(sb) if r.truncated else parse_listing(listing)
+        raise SandboxError(f"cannot scrub the git history: {raw[-500:].decode(errors='replace')}")
+    return _list_tree(sb) if truncated else parse_listing(listing)
 
 
 def _nul_list(paths: list[str]) -> bytes:
@@ -268,11 +292,17 @@ def _importable(sb: Sandbox, names: set[str]) -> set[str]:
 
 
 def _enforce_allowlist(
-    sb: Sandbox, instance: Instance, before: dict[str, Entry], integrity: Integrity
-) -> list[str]:
-    """Revert what the allowlist refuses; record why. -> the accepted changed paths."""
+    sb: Sandbox,
+    instance: Instance,
+    before: dict[str, Entry],
+    integrity: Integrity,
+    listed: bytes | None = None,
+) -> tuple[list[str], set[str]]:
+    """Revert what the allowlist refuses; record why (``listed``: the after-apply listing, when
+    the apply step's command read it). -> (the accepted changed paths, the paths the base
+    commit tracks)."""
     base = instance.base_commit
-    after, tracked = _list_tree(sb, base)
+    after, tracked = _list_tree(sb, base, listed)
     change = classify(before, after, tracked, instance_test_files(instance.test_patch))
     for name in _importable(sb, change.created_roots):
         for p in list(change.accepted):
@@ -295,7 +325,7 @@ def _enforce_allowlist(
         _revert(sb, base, ignored, tracked)
     integrity.reverted.update(change.revert)
     integrity.refused += [f"{p}: {why} (cannot be restored)" for p, why in change.refuse.items()]
-    return change.accepted
+    return change.accepted, tracked
 
 
 _SETUP_FAILED = "swerl: the strict runner's directory could not be prepared"
@@ -303,31 +333,46 @@ _SETUP_FAILED = "swerl: the strict runner's directory could not be prepared"
 (the script's own output starts with its ``set -x`` trace, never with this)."""
 
 
-def _write_run_dir(sb: Sandbox, instance: Instance, run: RunDir, changed: list[str], script: str) -> str:
-    """Write the strict runner, its key, the changed paths and the eval script as one archive
-    (one write); -> the command that unpacks it, mirrors the base commit's config files
-    outside the repository, then runs the script (one round trip for all of it)."""
+def _write_run_dir(
+    sb: Sandbox, instance: Instance, run: RunDir, changed: list[str], script: str, configs: list[str]
+) -> str:
+    """Write the strict runner, its key, the changed paths, the eval script and the directories
+    of the base commit's config mirror as one archive (one write); -> the command that unpacks
+    it, fills the mirror (``channel.setup_command``), then runs the script (one round trip for
+    all of it)."""
     buf = io.BytesIO()
+    name = os.path.basename(run.path)
+    dirs = {"", "base"} | {f"base/{parent}" for p in configs for parent in _parents(p)}
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in (
+        for sub in sorted(dirs):
+            info = tarfile.TarInfo(f"{name}/{sub}".rstrip("/"))
+            info.type, info.mode = tarfile.DIRTYPE, 0o700
+            tar.addfile(info)
+        for member, data in (
             ("run.py", RUNNER_SOURCE.read_bytes()),
             ("key", run.key.encode()),
             ("changed.json", json.dumps(changed).encode("utf-8", "surrogateescape")),
             ("eval.sh", script.encode()),
         ):
-            info = tarfile.TarInfo(name)
+            info = tarfile.TarInfo(f"{name}/{member}")
             info.size, info.mode = len(data), 0o600
             tar.addfile(info, io.BytesIO(data))
     d = shlex.quote(run.path)
     _write(sb, f"{run.path}.tar", buf.getvalue())
     setup = (
-        f"mkdir -p {d} && tar -C {d} -xf {d}.tar && rm -f {d}.tar && "
-        f"{{ {setup_command(run, instance.base_commit)}; }} >{d}/setup.log 2>&1"
+        f"{{ tar -C {shlex.quote(os.path.dirname(run.path))} -xf {d}.tar && rm -f {d}.tar && "
+        f"{setup_command(run, instance.base_commit, configs)}; }} >{d}.log 2>&1"
     )
     return (
-        f"if ! {{ {setup}; }}; then echo {shlex.quote(_SETUP_FAILED)}; cat {d}/setup.log; exit 1; fi; "
+        f"if ! {{ {setup}; }}; then echo {shlex.quote(_SETUP_FAILED)}; cat {d}.log; exit 1; fi; "
         f"{STRICT_PREFIX}/bin/bash {d}/eval.sh"
     )
+
+
+def _parents(path: str) -> list[str]:
+    """``a/b/c`` -> ``["a", "a/b"]``: the directories a path needs."""
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def _write(sb: Sandbox, path: str, data: bytes) -> None:
@@ -361,12 +406,24 @@ rm -rf "$s"; exit $rc
 )
 
 
-def _apply(sb: Sandbox, patch: str, strict: bool = False) -> tuple[bool, str, str]:
+_APPLYING = b"\0//SWERL-APPLYING//\0"
+"""Printed once the ``first`` step succeeded, right before the first apply attempt."""
+_APPLIED = b"\0//SWERL-APPLIED//\0"
+"""Separates the apply command's own output from the listing run after it (neither a
+``find -printf '%P'`` name nor a tracked path can hold it; the last one counts)."""
+
+
+def _apply(
+    sb: Sandbox, patch: str, strict: bool = False, then: str = "", first: str = ""
+) -> tuple[bool, str, str, bytes | None]:
     """The harness's fallback chain, then its "already applied" reverse check.
 
     Strict mode runs the chain's ``patch`` step (which, unlike ``git apply``, would
-    write into ``.git``) in a scratch copy of HEAD (:data:`SCRATCH_PATCH`).
-    -> (applied, every attempt's output, the command that applied it or "")."""
+    write into ``.git``) in a scratch copy of HEAD (:data:`SCRATCH_PATCH`). ``then``: a
+    command run right after a successful apply in the same round trip, its output read whole;
+    ``first``: one run before the first attempt in its round trip (its output must go to a file),
+    the apply only if it succeeds. -> (applied, every attempt's output, the command that applied
+    it or "", ``then``'s output or None when it was not read whole)."""
     _write(sb, CONTAINER_PATCH_FILE, patch.encode())
     out = ""
     for attempt, cmd in enumerate(GIT_APPLY_CMDS):
@@ -376,15 +433,32 @@ def _apply(sb: Sandbox, patch: str, strict: bool = False) -> tuple[bool, str, st
         if strict and not cmd.startswith("git "):
             scratch = shlex.quote(f"/tmp/.swerl-patch-{secrets.token_hex(8)}")
             run = f"bash -c {shlex.quote(SCRATCH_PATCH)} scratch {scratch} {run}"
-        r = sb.execute(run, cwd=CONTAINER_WORKDIR)
+        if then:
+            run = f"{run}; rc=$?; if [ $rc -eq 0 ]; then printf '\\0//SWERL-APPLIED//\\0'; {then} || rc=124; fi; exit $rc"
+        timeout = None
+        if first and not attempt:  # a scrub that repacks may take long: the time it had on its own
+            run, timeout = f"{first} && printf '\\0//SWERL-APPLYING//\\0' && {{ {run}; }}", 600.0
+        r = sb.execute(run, cwd=CONTAINER_WORKDIR, timeout=timeout)
+        raw, listed = r.raw, None
+        if first and not attempt:
+            if _APPLYING not in raw:
+                raise SandboxError(
+                    f"cannot scrub or list the repository (exit {r.returncode}): {r.output[-500:]}"
+                )
+            raw = raw.partition(_APPLYING)[2]
+        if then and _APPLIED in raw:
+            raw, _, tail = raw.rpartition(_APPLIED)
+            listed = tail if r.ok and not r.truncated else None
         if strict and r.returncode == 125:
             raise SandboxError(f"cannot run the patch fallback in a scratch copy: {r.output[-500:]}")
-        out += f"$ {cmd}\n{r.output}"
+        if then and r.returncode == 124 and _APPLIED in raw:
+            raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
+        out += f"$ {cmd}\n{raw.decode('utf-8', errors='replace')}"
         if r.ok:
-            return True, out, cmd
+            return True, out, cmd, listed
     reverse = "git apply --check --reverse"
     r = sb.execute(f"{reverse} {CONTAINER_PATCH_FILE}", cwd=CONTAINER_WORKDIR)
-    return r.ok, out, reverse if r.ok else ""
+    return r.ok, out, reverse if r.ok else "", None
 
 
 def judge(instance: Instance, patch: str, text: str) -> tuple[GradeStatus, dict[str, str], dict[str, Any]]:

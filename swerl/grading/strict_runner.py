@@ -15,9 +15,8 @@ What the tested code can still do from inside this process is in the README
 ("What code inside the test process can still do").
 """
 
-import hashlib
-import hmac
 import json
+import operator
 import os
 import re
 import select
@@ -50,58 +49,120 @@ class Channel:
 
 class Signer:
     """The supervisor's side: append-only records, each MAC chained to the one before (a
-    dropped or forged line breaks it)."""
+    dropped or forged line breaks it). hashlib and hmac are imported here, in the parent after
+    the fork, not before it: the test process never needs them."""
 
     def __init__(self, fd, key):
+        import hashlib
+        import hmac
+
         self.fd, self.key, self.mac, self.seq = fd, key, "", 0
+        digest = getattr(hmac, "digest", None)  # one C call on 3.7+
+        if digest is not None:
+            self.hexmac = lambda data: digest(key, data, "sha256").hex()
+        else:
+            self.hexmac = lambda data: hmac.new(key, data, hashlib.sha256).hexdigest()
 
     def write(self, record):
         record = dict(record, seq=self.seq)
         payload = json.dumps(record, sort_keys=True)
-        self.mac = _mac(self.key, (self.mac + payload).encode())
+        self.mac = self.hexmac((self.mac + payload).encode())
         # what json.dumps({"r": record, "mac": mac}, sort_keys=True) gives, without a second encode
         os.write(self.fd, ('{"mac": "' + self.mac + '", "r": ' + payload + "}\n").encode())
         self.seq += 1
-
-
-def _mac(key, data):
-    """HMAC-SHA256 hex digest (one C call on 3.7+, where ``hmac.digest`` exists)."""
-    if _DIGEST is not None:
-        return _DIGEST(key, data, "sha256").hex()
-    return hmac.new(key, data, hashlib.sha256).hexdigest()
-
-
-_DIGEST = getattr(hmac, "digest", None)
 
 
 def snapshot(extra=()):
     """Every function, class and method of pytest, _pytest and pluggy (and ``extra`` modules:
     the runner's own), by identity; a function's body, defaults and closure by identity too
     (assigning ``__code__`` keeps the function object)."""
-    seen = {}
+    seen = Seen()
+    top = seen.group(("modules",), sys.modules)
     for name, mod in list(sys.modules.items()):
         if mod is None or (name.split(".")[0] not in WATCHED and name not in extra):
             continue
-        seen[("module", name)] = mod
-        for attr, value in list(vars(mod).items()):
+        top.append((name, ("module", name), mod))
+        members = vars(mod)
+        group = seen.group(("module", name), members)
+        for attr, value in list(members.items()):
             if callable(value) or isinstance(value, property):
-                seen[(name, attr)] = value
-                _body(seen, (name, attr), value)
+                group.append((attr, (name, attr), value))
             if isinstance(value, type) and getattr(value, "__module__", "") == name:
+                cgroup = seen.group(("class", name, attr), vars(value))
                 for cattr, cvalue in list(vars(value).items()):
                     if callable(cvalue) or isinstance(cvalue, (property, staticmethod, classmethod)):
-                        seen[(name, attr, cattr)] = cvalue
-                        _body(seen, (name, attr, cattr), cvalue)
-    return seen
+                        cgroup.append((cattr, (name, attr, cattr), cvalue))
+    return seen.done()
 
 
 BODY = ("__code__", "__defaults__", "__kwdefaults__")
 
 
-def _body(seen, key, value):
-    fn = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
-    if getattr(fn, "__code__", None) is not None:
-        seen[("body", *key)] = (fn, *(getattr(fn, a, None) for a in BODY))
+class Seen(dict):
+    """``snapshot``'s record ({key: object}, and {("body", *key): (function, *its BODY)}),
+    grouped by the mapping that holds each entry (``sys.modules``, a module's dict, a class's
+    dict) so that :meth:`candidates` compares thousands of them by identity in C and
+    :func:`changed_since` reads one by one only those that differ."""
+
+    def __init__(self):
+        dict.__init__(self)
+        self.groups, self.bodies = [], []
+
+    def group(self, where, mapping):
+        items = []
+        self.groups.append((where, mapping, items))
+        return items
+
+    def done(self):
+        groups = []
+        for where, mapping, items in self.groups:
+            if not items:
+                continue
+            names, keys, values = (tuple(x) for x in zip(*items))  # noqa: B905 (3.6 syntax)
+            self.update(zip(keys, values))  # noqa: B905
+            groups.append((where, mapping, names, keys, values))
+            if where[0] != "modules":
+                for key, value in zip(keys, values):  # noqa: B905
+                    fn = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+                    code = getattr(fn, "__code__", None)
+                    if code is not None:
+                        body = (
+                            fn,
+                            code,
+                            getattr(fn, "__defaults__", None),
+                            getattr(fn, "__kwdefaults__", None),
+                        )
+                        self[("body", *key)] = body
+                        self.bodies.append((("body", *key), body))
+        self.groups = groups
+        return self
+
+    def candidates(self, touched=None, _is=operator.is_, _get=operator.attrgetter):
+        """The keys whose value may have changed: those no longer identical to the record
+        (with the class entries of a class the module no longer holds), and the bodies of
+        the functions in ``touched`` (every object whose attribute assignment the audit hook
+        saw: a body is assigned only so) or, without it, of every function whose body is no
+        longer identical."""
+        out, gone = [], set()
+        for where, mapping, names, keys, values in self.groups:
+            now = list(map(mapping.get, names))
+            if all(map(_is, now, values)):
+                continue
+            for i in [i for i, same in enumerate(map(_is, now, values)) if not same]:
+                out.append(keys[i])
+                if where[0] == "module":
+                    gone.add((where[1], names[i]))
+        out += [k for where, _, _, keys, _ in self.groups if where[1:] in gone for k in keys]
+        if touched is not None:
+            ids = set(map(id, touched))
+            return out + [key for key, body in self.bodies if id(body[0]) in ids]
+        fns = [body[0] for _, body in self.bodies]
+        for i, attr in enumerate(BODY, 1):
+            then = [body[i] for _, body in self.bodies]
+            now = list(map(_get(attr), fns))
+            if not all(map(_is, now, then)):
+                out += [key for (key, _), a, b in zip(self.bodies, now, then) if a is not b]  # noqa: B905
+        return out
 
 
 def _own(value):
@@ -127,11 +188,13 @@ def _watched_dirs():
     return out
 
 
-def changed_since(seen, foreign=lambda value: "foreign"):
+def changed_since(seen, foreign=lambda value: "foreign", touched=None):
     """What of ``seen`` was replaced since, by code ``foreign`` names (installed plugins patch
-    pytest too: hypothesis wraps ``FixtureFunctionMarker.__call__`` when pytest loads it)."""
+    pytest too: hypothesis wraps ``FixtureFunctionMarker.__call__`` when pytest loads it).
+    ``touched``: the functions whose body the audit hook saw assigned (None: compare all)."""
     out = []
-    for key, value in seen.items():
+    for key in seen.candidates(touched):
+        value = seen[key]
         if key[0] == "body":
             fn = value[0]
             now = tuple(getattr(fn, a, None) for a in BODY)
@@ -147,7 +210,7 @@ def changed_since(seen, foreign=lambda value: "foreign"):
             now = vars(cls).get(key[2]) if isinstance(cls, type) else None
         if now is not value and (key[0] == "module" or not (_own(now) or not foreign(_unwrap(now)))):
             out.append(".".join(key[1:]) if key[0] == "module" else ".".join(key))
-    return sorted(out)
+    return sorted(set(out))
 
 
 def _unwrap(value):
@@ -165,6 +228,10 @@ def _probe(value):
         return {object(): object()}
     return {str: "\x00swerl-probe\x00", bytes: b"\x00swerl-probe\x00", int: -0x5EED5EED5EED5EED,
             float: -1.2345e-300, complex: complex(-1.2345e-300, 7)}.get(kind)  # fmt: skip
+
+
+COMPARED_BUDGET = 256
+"""Values looked at per comparison of a passing assertion (operands and their elements)."""
 
 
 def _watch_comparisons(reporter):
@@ -190,6 +257,26 @@ def _watch_comparisons(reporter):
     reporter.pytest_assertion_pass = lambda item, lineno, orig, expl: None
 
 
+def _watch_unittest(reporter):
+    """A ``TestCase``'s ``assertEqual`` / ``assertNotEqual`` that passed show the runner what they
+    compared, as a passing ``assert`` does (installed before the snapshot)."""
+    import unittest
+
+    for name, op in (("assertEqual", "=="), ("assertNotEqual", "!=")):
+        _watch_assert(unittest.TestCase, name, op, reporter)
+
+
+def _watch_assert(case, name, op, reporter):
+    original = getattr(case, name)
+
+    def checked(self, first, second, *args, **kwargs):
+        original(self, first, second, *args, **kwargs)
+        reporter.compared((op,), (first, second))
+
+    checked.__name__, checked.__doc__ = name, original.__doc__
+    setattr(case, name, checked)
+
+
 def code_file(fn):
     code = getattr(fn, "__code__", None) or getattr(vars(type(fn)).get("__call__"), "__code__", None)
     return getattr(code, "co_filename", "") or ""
@@ -202,6 +289,7 @@ class Reporter:
         self.channel, self.seen, self.changed, self.root = channel, seen, changed, root
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
+        self.eq_code = {}  # type -> [(name, claims, function, why)] of its change-made comparisons
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
         self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
@@ -278,27 +366,49 @@ class Reporter:
         """An assertion that passed compared ``operands`` with ``ops``: an operand whose ``==`` or
         ``!=`` is the change's code (or generated, or written during the run) must not say it
         equals a value it has never seen (a fresh object, or a fresh value of the other side's
-        type): an object equal to everything passes every test and fixes nothing."""
+        type): an object equal to everything passes every test and fixes nothing. Elements of
+        builtin containers are looked at too (a list's ``==`` asks its elements), up to
+        :data:`COMPARED_BUDGET` values per comparison."""
         for i, op in enumerate(ops):
             if op not in ("==", "!="):
                 continue
-            for x, other in ((operands[i], operands[i + 1]), (operands[i + 1], operands[i])):
-                why = self._equal_to_anything(x, other)
-                if why:
-                    self.raised.add(self.current)
-                    self.tampered.append("test " + str(self.current) + " compared " + why)
-                    return
+            why = self._anything_equal(operands[i], operands[i + 1]) or self._anything_equal(
+                operands[i + 1], operands[i]
+            )
+            if why:
+                self.raised.add(self.current)
+                self.tampered.append("test " + str(self.current) + " compared " + why)
+                return
+
+    def _anything_equal(self, value, other):
+        todo, budget = [(value, other)], COMPARED_BUDGET
+        while todo and budget > 0:
+            x, o = todo.pop()
+            budget -= 1
+            why = self._equal_to_anything(x, o)
+            if why:
+                return why
+            kind = type(x)
+            if kind in (list, tuple) and type(o) in (list, tuple):
+                todo.extend(zip(x[:budget], o[:budget]))  # noqa: B905 (3.6 syntax)
+            elif kind is dict and type(o) is dict:
+                todo.extend((v, o.get(k)) for k, v in list(x.items())[:budget])
+            elif kind in (list, tuple, set, frozenset, dict):
+                todo.extend((v, None) for v in list(x.values() if kind is dict else x)[:budget])
+        return ""
 
     def _equal_to_anything(self, x, other):
         cls = type(x)
-        for name, claims in (("__eq__", True), ("__ne__", False)):
-            fn = getattr(cls, name, None)
-            fn = getattr(fn, "__func__", fn)
-            if getattr(fn, "__code__", None) is None:
-                continue  # the builtin comparison: nothing of the change's
-            where = self._file_why(code_file(fn))
-            if not where:
-                continue
+        found = self.eq_code.get(cls)
+        if found is None:  # once per type: which of its comparisons are the change's code
+            found = self.eq_code[cls] = []
+            for name, claims in (("__eq__", True), ("__ne__", False)):
+                fn = getattr(cls, name, None)
+                fn = getattr(fn, "__func__", fn)
+                where = self._file_why(code_file(fn)) if getattr(fn, "__code__", None) is not None else ""
+                if where:
+                    found.append((name, claims, fn, where))
+        for name, claims, fn, where in found:
             for probe in (object(), _probe(other)):
                 try:
                     said = probe is not None and fn(x, probe)
@@ -349,7 +459,9 @@ class Reporter:
         self.check(session.config)
 
     def check(self, config):
-        changed = changed_since(self.seen, self._foreign)
+        guard = getattr(self, "guard", None)
+        touched = guard.touched if guard is not None and guard.installed else None
+        changed = changed_since(self.seen, self._foreign, touched)
         if changed:
             self.tampered.append("the test framework was modified during the run: " + ", ".join(changed[:8]))
         if config is None:
@@ -396,12 +508,28 @@ class Guard:
         "marshal.loads": "loaded code from bytes (marshal), under whatever file name they carry",
         "marshal.load": "loaded code from a file through marshal, under whatever file name it carries",
     }
+    EVENTS = frozenset(REACH) | {
+        "object.__setattr__",
+        "compile",
+        "code.__new__",
+        "open",
+        "os.rename",
+        "os.remove",
+        "os.truncate",
+        "os.symlink",
+        "os.link",
+    }
 
     def __init__(self, root, changed, protected, started):
         self.root, self.protected, self.started = root, protected, started
         self.code_dirs = {root} | {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
         self.changed = {os.path.realpath(os.path.join(root, p)) for p in changed}
         self.tainted, self.found, self.busy, self.cache = set(), [], False, {}
+        self.touched = []
+        """Every object an ``object.__setattr__`` event named (a function's body, defaults and
+        keyword defaults are assigned only through it): the only bodies :func:`changed_since`
+        reads."""
+        self.installed = False
         self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
 
     def _ours(self, filename):
@@ -432,22 +560,12 @@ class Guard:
             f = f.f_back
         return ""
 
-    def __call__(self, event, args):
-        if self.busy or not (
-            event in self.REACH
-            or event
-            in (
-                "object.__setattr__",
-                "compile",
-                "code.__new__",
-                "open",
-                "os.rename",
-                "os.remove",
-                "os.truncate",
-                "os.symlink",
-                "os.link",
-            )
-        ):
+    def __call__(self, event, args, _events=EVENTS):
+        if event not in _events:  # most events (every ``__code__`` read) end here
+            return
+        if event == "object.__setattr__":  # whatever the name says: compared later, by identity
+            self.touched.append(args[0])  # before ``busy``: another thread's assignment counts too
+        if self.busy:
             return
         self.busy = True
         try:
@@ -718,7 +836,7 @@ def main():
     if version >= (5, 0):  # the assertion pass hook (pytest 5.0+) shows what a passing assert compared
         extra += ["-o", "enable_assertion_pass_hook=true"]
         _watch_comparisons(reporter)
-    import unittest  # noqa: F401  (watched: pytest imports it anyway)
+    _watch_unittest(reporter)  # imports unittest (watched; pytest imports it anyway)
 
     reporter.seen = snapshot(extra=(__name__,))
     if mode == "module":  # `python -m pytest` puts the working directory first
@@ -732,6 +850,7 @@ def main():
     reporter.guard = guard
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(guard)
+        guard.installed = True
     reporter.channel.write({"start": True, "plugins": plugins or [], "pytest": pytest.__version__})
     code = pytest.main(extra + pinned(args, os.path.join(here, "base"), cwd), plugins=[reporter])
     reporter.close(int(code))

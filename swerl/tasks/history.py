@@ -22,18 +22,25 @@ from swerl.sandbox.base import Sandbox
 # something to drop; the repack (which drops unreachable packed objects) only runs then.
 SCRUB_SCRIPT = r"""
 set -eu
+shopt -s globstar nullglob dotglob
 cd "$1"
-git rev-parse -q --verify HEAD >/dev/null
-G=$(git rev-parse --git-dir)
-keep=$(git symbolic-ref -q HEAD || echo HEAD)
-extra=$(git for-each-ref --format='%(refname)' | grep -vxF "$keep" || true)
-specials=$(cd "$G" && find logs -type f -size +0c 2>/dev/null; ls -d ORIG_HEAD FETCH_HEAD MERGE_HEAD CHERRY_PICK_HEAD REVERT_HEAD \
-  BISECT_LOG rr-cache worktrees refs/original objects/info/alternates 2>/dev/null || true)
-if [ -z "$extra" ] && [ -z "$specials" ]; then
+# the git dir, HEAD's ref (HEAD when detached) and every ref's name: one process, and it fails
+# when HEAD does not resolve
+out=$(git rev-parse --git-dir --symbolic-full-name HEAD --all)
+mapfile -t L <<<"$out"
+G=${L[0]}
+keep=${L[1]}
+specials=
+for p in "$G"/logs/**; do if [ -f "$p" ] && [ ! -L "$p" ] && [ -s "$p" ]; then specials=1; fi; done
+for p in ORIG_HEAD FETCH_HEAD MERGE_HEAD CHERRY_PICK_HEAD REVERT_HEAD BISECT_LOG rr-cache worktrees \
+  refs/original objects/info/alternates; do if [ -e "$G/$p" ] || [ -L "$G/$p" ]; then specials=1; fi; done
+if { [ ${#L[@]} -eq 2 ] || { [ ${#L[@]} -eq 3 ] && [ "${L[2]}" = "$keep" ]; }; } && [ -z "$specials" ]; then
   reachable=$(git rev-list --objects HEAD | wc -l)
-  stored=$(git count-objects -v | awk '/^(count|in-pack):/ {n += $2} END {print n}')
+  stored=0
+  while read -r k v; do case $k in count: | in-pack:) stored=$((stored + v)) ;; esac; done <<<"$(git count-objects -v)"
   if [ "$reachable" -eq "$stored" ]; then echo clean; exit 0; fi
 fi
+extra=$(git for-each-ref --format='%(refname)' | grep -vxF "$keep" || true)
 printf '%s\n' "$extra" | sed -n 's/^./delete &/p' | git update-ref --stdin
 git remote | while read -r r; do git remote remove "$r"; done
 (cd "$G" && rm -rf logs ORIG_HEAD FETCH_HEAD MERGE_HEAD CHERRY_PICK_HEAD REVERT_HEAD BISECT_LOG \
