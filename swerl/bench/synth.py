@@ -109,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel-repos", type=int, default=3, help="libraries prepared side by side")
     ap.add_argument("--batch", type=int, default=25, help="mutants probed per sandbox")
     ap.add_argument(
+        "--seed", type=int, default=0, help="which mutants are sampled (another seed, other tasks)"
+    )
+    ap.add_argument(
         "--minutes",
         type=float,
         default=None,
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     t = time.monotonic()
     report = synthesize(specs, args.out, max_candidates=args.max_candidates, per_function=args.per_function,
                         workers=args.workers, parallel_repos=args.parallel_repos, minutes=args.minutes,
-                        batch=args.batch)  # fmt: skip
+                        batch=args.batch, seed=args.seed)  # fmt: skip
     wall = time.monotonic() - t
     stop.set()
     load1 = os.getloadavg()
