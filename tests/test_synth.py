@@ -243,3 +243,27 @@ def test_no_candidate_starts_past_the_budget_and_within_it_tasks_validate(tiny_r
         for inst in insts:
             with contextlib.suppress(Exception):
                 docker_client.images.remove(inst.image, force=True)
+
+
+def test_the_baseline_records_what_a_test_calls_from_its_threads(tmp_path):
+    """A test that calls the code in a thread covers it: a mutant there is probed against that test
+    (else its no-patch run would fail a test the probe never ran, and the official check reject it)."""
+    import sys
+
+    from swerl.tasks.synth.runs import PROBE
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("def work(out):\n    out.append(1)\n")
+    (tmp_path / "test_threads.py").write_text(
+        "import threading\nfrom pkg import work\n\n\ndef test_in_a_thread():\n    out = []\n"
+        "    t = threading.Thread(target=work, args=(out,))\n    t.start()\n    t.join()\n    assert out == [1]\n"
+    )
+    job = {"root": str(tmp_path), "pythonpath": ["."], "timeout": 60, "kind": "baseline", "inproc": True,
+           "tests": ["test_threads.py"], "files": ["test_threads.py"], "runs": 1,
+           "source_roots": [str(tmp_path / "pkg")], "baseline_timeout": 60}  # fmt: skip
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    subprocess.run([sys.executable, str(PROBE), str(tmp_path / "job.json"), str(tmp_path / "out.json")],
+                   check=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    (run,) = json.loads((tmp_path / "out.json").read_text())
+    assert run["outcomes"] == {"test_threads.py::test_in_a_thread": "passed"}, run
+    assert run["calls"]["test_threads.py::test_in_a_thread"] == ["pkg/__init__.py:1"], run["calls"]

@@ -285,13 +285,17 @@ class Driver:
         collect = Collect()
         tracer = Tracer(roots) if roots else None
         if tracer:
+            import threading
+
             for item in items:
                 tracer.current = tracer.calls.setdefault(item.nodeid, set())
                 sys.settrace(tracer.trace)
+                threading.settrace(tracer.trace)  # code a test runs in its threads is code it calls
                 try:
                     run_items([item], collect)
                 finally:
                     sys.settrace(None)
+                    threading.settrace(None)
         else:
             run_items(items, collect)
         data = {"outcomes": collect.outcomes, "errors": collect.errors}
