@@ -280,6 +280,43 @@ def test_a_value_equal_to_anything_is_refused_wherever_it_is_compared(tmp_path, 
     )
 
 
+HONEST_NE = """
+
+class _Key:  # an honest value type: __ne__ is the negation of __eq__, as toolz's Compose and boltons' OrderedMultiDict
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return isinstance(other, _Key) and self.v == other.v
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __hash__(self):
+        return hash(self.v)
+
+
+def add(a, b):
+    return a + b
+
+
+def keys(*vs):
+    return {_Key(v) for v in vs}
+"""
+
+
+def test_an_honest_ne_compared_inside_a_set_is_not_refused(tmp_path):
+    """A gold fix in a file that defines a value type whose objects a test compares in a set
+    (elements are looked at against no operand): not an always-equal value (a synthesized
+    toolz suite's gold rollout lost 45 of 168 tasks to this)."""
+    tests = (
+        TESTS.replace("import add", "import add, keys")
+        + "\n\ndef test_keys():\n    assert keys(1, 2) == keys(2, 1)\n"
+    )
+    v, _, proc = run_strict(tmp_path, HONEST_NE, tests)
+    assert (set(v.tests.values()), v.refused) == ({"PASSED"}, []), (v.tests, v.refused, proc.stdout[-2000:])
+
+
 def test_unittest_is_watched_like_pytest(tmp_path):
     """A TestCase's failed assert is caught by unittest, not seen by pytest's call: the
     package making ``assertEqual`` a no-op is a framework change, recorded."""
