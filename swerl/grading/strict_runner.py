@@ -289,7 +289,7 @@ class Reporter:
         self.channel, self.seen, self.changed, self.root = channel, seen, changed, root
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
-        self.eq_code = {}  # (type, method) -> [(name, claims, function, why)] if the change made it
+        self.eq_code = {}  # (type, method name) -> (method, why) if the change made it, else None
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
         self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
@@ -404,26 +404,25 @@ class Reporter:
     def _equal_to_anything(self, x, other, op):
         cls = type(x)
         name, claims = ("__eq__", True) if op == "==" else ("__ne__", False)
-        found = self.eq_code.get((cls, name))
-        if found is None:  # once per type and method: is it the change's code
-            found = self.eq_code[(cls, name)] = []
+        if (cls, name) not in self.eq_code:  # once per type and method: is it the change's code
             fn = getattr(cls, name, None)
             fn = getattr(fn, "__func__", fn)
             where = self._file_why(code_file(fn)) if getattr(fn, "__code__", None) is not None else ""
-            if where:
-                found.append((name, claims, fn, where))
-        for name, claims, fn, where in found:
-            for probe in (object(), _probe(other)):
-                if (
-                    probe is None
-                ):  # no probe of that type: nothing asked (False here read as __ne__'s "equal")
-                    continue
-                try:
-                    said = fn(x, probe)
-                except Exception:
-                    continue
-                if said is claims:
-                    return "a " + cls.__name__ + " whose " + name + " says it equals anything (" + where + ")"
+            self.eq_code[(cls, name)] = (fn, where) if where else None
+        found = self.eq_code[(cls, name)]
+        if found is None:
+            return ""
+        fn, where = found
+        for probe in (object(), _probe(other)):
+            # no fresh value of that type: nothing to ask (False would read as __ne__'s "equal")
+            if probe is None:
+                continue
+            try:
+                said = fn(x, probe)
+            except Exception:
+                continue
+            if said is claims:
+                return "a " + cls.__name__ + " whose " + name + " says it equals anything (" + where + ")"
         return ""
 
     def pytest_configure(self, config):
