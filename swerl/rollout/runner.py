@@ -354,16 +354,16 @@ class RolloutRunner:
         now = time.monotonic()
         launched: list[Running] = []
         for slot in [s for s in self._free if s in self._reserved]:  # its sandbox is warming: run it
-            if self._running() + len(launched) >= self.max_in_flight:
+            if self.in_flight + len(launched) >= self.max_in_flight:
                 break
             self._free.remove(slot)
             launched.append(Running(self._reserved.pop(slot), slot))
         for work in [w for w in queue if w.not_before <= now]:
-            if not self._free or self._running() + len(launched) >= self.max_in_flight:
+            if not self._free or self.in_flight + len(launched) >= self.max_in_flight:
                 break
             queue.remove(work)
             launched.append(Running(work, self._take_slot(work.avoid)))
-        while self._free and self._reserved and self._running() + len(launched) < self.max_in_flight:
+        while self._free and self._reserved and self.in_flight + len(launched) < self.max_in_flight:
             _, work = self._reserved.popitem()  # nothing else to do: run another slot's next item
             self.stats["reservations_taken"] += 1
             launched.append(Running(work, self._take_slot(None)))
@@ -403,9 +403,6 @@ class RolloutRunner:
             ref = s.handle.reset.remote(s.index, w.task_id, w.attempt, self._snapshot_ref, **hint)
             run.kind = "reset"
         self._inflight[ref] = [run]
-
-    def _running(self) -> int:
-        return sum(len(runs) for runs in self._inflight.values())
 
     @property
     def in_flight(self) -> int:
