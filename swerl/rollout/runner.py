@@ -161,6 +161,8 @@ class RolloutRunner:
         """Reserve each slot's next item so its env warms that sandbox (with a warm pool; a branch
         run restores every episode from the one image, which the pool refills anyway)."""
         self._reserved: dict[ActorSlot, Work] = {}
+        self._dead: list[str] = []
+        """Ids of actors that died this run: reaped again at close."""
         """slot -> the item it runs next, its sandbox warming in that slot's env."""
 
     def set_policy_version(self, version: int, weights: Any = None) -> None:
@@ -221,6 +223,7 @@ class RolloutRunner:
         del self._actors[actor_id]
         self._free = deque(s for s in self._free if s.actor_id != actor_id)
         self._reap(actor_id)
+        self._dead.append(actor_id)
         self._spawn_actor()
 
     def _reap(self, actor_id: str) -> None:
@@ -238,6 +241,9 @@ class RolloutRunner:
                 pass
             ray.kill(handle)
             self._reap(actor_id)
+        for actor_id in self._dead:  # a start the dead actor asked for can land after its first reap
+            self._reap(actor_id)
+        self._dead.clear()
         self._actors.clear()
         self._actor_where.clear()
         self._free.clear()
