@@ -317,6 +317,43 @@ def test_an_honest_ne_compared_inside_a_set_is_not_refused(tmp_path):
     assert (set(v.tests.values()), v.refused) == ({"PASSED"}, []), (v.tests, v.refused, proc.stdout[-2000:])
 
 
+FOREIGN_NE = """
+
+class _Val:  # honest, Python-2 style: == says NotImplemented to foreign types, != negates it
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        if not isinstance(other, _Val):
+            return NotImplemented
+        return self.v == other.v
+
+    def __ne__(self, other):
+        return not self.__eq__(other)  # False for a foreign object: its != is wrong, not a hack
+
+    __hash__ = None
+
+
+def add(a, b):
+    return a + b
+
+
+def val(v):
+    return _Val(v)
+"""
+
+
+def test_a_comparison_asks_only_the_method_it_ran(tmp_path):
+    """A test that compares with ``==`` is not refused for the class's ``__ne__`` (an honest
+    ``not self.__eq__(other)`` says False to a fresh object), nor a list of them."""
+    tests = (
+        TESTS.replace("import add", "import add, val")
+        + "\n\ndef test_val():\n    assert val(1) == val(1)\n    assert [val(2)] == [val(2)]\n"
+    )
+    v, _, proc = run_strict(tmp_path, FOREIGN_NE, tests)
+    assert (set(v.tests.values()), v.refused) == ({"PASSED"}, []), (v.tests, v.refused, proc.stdout[-2000:])
+
+
 def test_unittest_is_watched_like_pytest(tmp_path):
     """A TestCase's failed assert is caught by unittest, not seen by pytest's call: the
     package making ``assertEqual`` a no-op is a framework change, recorded."""

@@ -289,7 +289,7 @@ class Reporter:
         self.channel, self.seen, self.changed, self.root = channel, seen, changed, root
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
-        self.eq_code = {}  # type -> [(name, claims, function, why)] of its change-made comparisons
+        self.eq_code = {}  # (type, method name) -> (method, why) if the change made it, else None
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
         self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
@@ -372,54 +372,57 @@ class Reporter:
         for i, op in enumerate(ops):
             if op not in ("==", "!="):
                 continue
-            why = self._anything_equal(operands[i], operands[i + 1]) or self._anything_equal(
-                operands[i + 1], operands[i]
+            why = self._anything_equal(operands[i], operands[i + 1], op) or self._anything_equal(
+                operands[i + 1], operands[i], op
             )
             if why:
                 self.raised.add(self.current)
                 self.tampered.append("test " + str(self.current) + " compared " + why)
                 return
 
-    def _anything_equal(self, value, other):
-        todo, budget = [(value, other)], COMPARED_BUDGET
+    def _anything_equal(self, value, other, op):
+        """Only the method the comparison ran is asked (``!=`` on the operands themselves,
+        ``==`` on elements, as a container compares them): an honest class's ``__ne__``
+        written ``not self.__eq__(other)`` says False to a foreign object, and a test that
+        only used ``==`` must not be refused for it."""
+        todo, budget = [(value, other, op)], COMPARED_BUDGET
         while todo and budget > 0:
-            x, o = todo.pop()
+            x, o, op = todo.pop()
             budget -= 1
-            why = self._equal_to_anything(x, o)
+            why = self._equal_to_anything(x, o, op)
             if why:
                 return why
             kind = type(x)
             if kind in (list, tuple) and type(o) in (list, tuple):
-                todo.extend(zip(x[:budget], o[:budget]))  # noqa: B905 (3.6 syntax)
+                todo.extend((a, b, "==") for a, b in zip(x[:budget], o[:budget]))  # noqa: B905 (3.6 syntax)
             elif kind is dict and type(o) is dict:
-                todo.extend((v, o.get(k)) for k, v in list(x.items())[:budget])
+                todo.extend((v, o.get(k), "==") for k, v in list(x.items())[:budget])
             elif kind in (list, tuple, set, frozenset, dict):
-                todo.extend((v, None) for v in list(x.values() if kind is dict else x)[:budget])
+                todo.extend((v, None, "==") for v in list(x.values() if kind is dict else x)[:budget])
         return ""
 
-    def _equal_to_anything(self, x, other):
+    def _equal_to_anything(self, x, other, op):
         cls = type(x)
-        found = self.eq_code.get(cls)
-        if found is None:  # once per type: which of its comparisons are the change's code
-            found = self.eq_code[cls] = []
-            for name, claims in (("__eq__", True), ("__ne__", False)):
-                fn = getattr(cls, name, None)
-                fn = getattr(fn, "__func__", fn)
-                where = self._file_why(code_file(fn)) if getattr(fn, "__code__", None) is not None else ""
-                if where:
-                    found.append((name, claims, fn, where))
-        for name, claims, fn, where in found:
-            for probe in (object(), _probe(other)):
-                if (
-                    probe is None
-                ):  # no probe of that type: nothing asked (False here read as __ne__'s "equal")
-                    continue
-                try:
-                    said = fn(x, probe)
-                except Exception:
-                    continue
-                if said is claims:
-                    return "a " + cls.__name__ + " whose " + name + " says it equals anything (" + where + ")"
+        name, claims = ("__eq__", True) if op == "==" else ("__ne__", False)
+        if (cls, name) not in self.eq_code:  # once per type and method: is it the change's code
+            fn = getattr(cls, name, None)
+            fn = getattr(fn, "__func__", fn)
+            where = self._file_why(code_file(fn)) if getattr(fn, "__code__", None) is not None else ""
+            self.eq_code[(cls, name)] = (fn, where) if where else None
+        found = self.eq_code[(cls, name)]
+        if found is None:
+            return ""
+        fn, where = found
+        for probe in (object(), _probe(other)):
+            # no fresh value of that type: nothing to ask (False would read as __ne__'s "equal")
+            if probe is None:
+                continue
+            try:
+                said = fn(x, probe)
+            except Exception:
+                continue
+            if said is claims:
+                return "a " + cls.__name__ + " whose " + name + " says it equals anything (" + where + ")"
         return ""
 
     def pytest_configure(self, config):

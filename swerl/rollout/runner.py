@@ -161,6 +161,8 @@ class RolloutRunner:
         """Reserve each slot's next item so its env warms that sandbox (with a warm pool; a branch
         run restores every episode from the one image, which the pool refills anyway)."""
         self._reserved: dict[ActorSlot, Work] = {}
+        self._dead: list[str] = []
+        """Ids of actors that died this run: reaped again at close."""
         """slot -> the item it runs next, its sandbox warming in that slot's env."""
 
     def set_policy_version(self, version: int, weights: Any = None) -> None:
@@ -221,6 +223,7 @@ class RolloutRunner:
         del self._actors[actor_id]
         self._free = deque(s for s in self._free if s.actor_id != actor_id)
         self._reap(actor_id)
+        self._dead.append(actor_id)
         self._spawn_actor()
 
     def _reap(self, actor_id: str) -> None:
@@ -238,6 +241,9 @@ class RolloutRunner:
                 pass
             ray.kill(handle)
             self._reap(actor_id)
+        for actor_id in self._dead:  # a start the dead actor asked for can land after its first reap
+            self._reap(actor_id)
+        self._dead.clear()
         self._actors.clear()
         self._actor_where.clear()
         self._free.clear()
@@ -354,16 +360,16 @@ class RolloutRunner:
         now = time.monotonic()
         launched: list[Running] = []
         for slot in [s for s in self._free if s in self._reserved]:  # its sandbox is warming: run it
-            if self._running() + len(launched) >= self.max_in_flight:
+            if self.in_flight + len(launched) >= self.max_in_flight:
                 break
             self._free.remove(slot)
             launched.append(Running(self._reserved.pop(slot), slot))
         for work in [w for w in queue if w.not_before <= now]:
-            if not self._free or self._running() + len(launched) >= self.max_in_flight:
+            if not self._free or self.in_flight + len(launched) >= self.max_in_flight:
                 break
             queue.remove(work)
             launched.append(Running(work, self._take_slot(work.avoid)))
-        while self._free and self._reserved and self._running() + len(launched) < self.max_in_flight:
+        while self._free and self._reserved and self.in_flight + len(launched) < self.max_in_flight:
             _, work = self._reserved.popitem()  # nothing else to do: run another slot's next item
             self.stats["reservations_taken"] += 1
             launched.append(Running(work, self._take_slot(None)))
@@ -403,9 +409,6 @@ class RolloutRunner:
             ref = s.handle.reset.remote(s.index, w.task_id, w.attempt, self._snapshot_ref, **hint)
             run.kind = "reset"
         self._inflight[ref] = [run]
-
-    def _running(self) -> int:
-        return sum(len(runs) for runs in self._inflight.values())
 
     @property
     def in_flight(self) -> int:
