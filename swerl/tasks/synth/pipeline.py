@@ -51,6 +51,8 @@ class RepoReport:
     validated_at: list[float] = field(default_factory=list)
     """Seconds from the start of the run at which each validated task passed its check."""
     error: str = ""
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    """Rejection reason of the official check -> a few ``instance_id: why`` (what a low yield looks like)."""
     notes: list[str] = field(default_factory=list)
     """What lowers this repository's yield without stopping it (options left out of its pytest
     config, test files that cannot be collected, a small suite), said so a low count has its reason."""
@@ -128,7 +130,11 @@ def check_one(
         return False, f"no patch {status.value}"
     failing = {t for t in [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS] if smap.get(t) not in PASSED}
     if failing != set(inst.FAIL_TO_PASS):
-        return False, "no-patch run disagrees with the probe runs"
+        more, fewer = sorted(failing - set(inst.FAIL_TO_PASS)), sorted(set(inst.FAIL_TO_PASS) - failing)
+        return False, (
+            f"no-patch run disagrees with the probe runs: {len(more)} more failing {more[:3]}, "
+            f"{len(fewer)} of FAIL_TO_PASS not failing {[(t, smap.get(t)) for t in fewer[:3]]}"
+        )
     return True, ""
 
 
@@ -468,6 +474,9 @@ class _Stream:
         else:
             key = "official_" + res["why"].split(":")[0].replace(" ", "_")
             src.rr.rejected[key] = src.rr.rejected.get(key, 0) + 1
+            seen = src.rr.examples.setdefault(key, [])
+            if len(seen) < 3:
+                seen.append(f"{inst.instance_id}: {res['why'][:400]}")
 
     def _keep(self, src: _Source, inst: Instance, c: Candidate) -> None:
         src.kept.append((inst, c))
