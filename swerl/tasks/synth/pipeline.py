@@ -328,8 +328,10 @@ def _setup(
                         f"{Prober.max_fail_fraction:.0%} of them is rejected (most_tests_fail)"
                     )
                 src.prober = Prober(repo, src.repo_img, base, max_test_seconds=max_test_seconds)
+                t1 = time.monotonic()
                 src.items = pick(repo, base, per_function=per_function, max_candidates=max_candidates, seed=seed,
                                  stats=src.stats)  # fmt: skip
+                rr.seconds["mutants"] = time.monotonic() - t1  # parsing and checking every mutant: host CPU
                 rr.method_counts["inject"] = {"generated": src.stats.generated, "covered": src.stats.covered}
     except Exception as e:  # one repository's failure is reported, the others go on
         log.warning("synthesis from %s failed: %s", spec, e)
