@@ -317,6 +317,11 @@ def _setup(
                     "collected in the image (their tests are not used): "
                     + "; ".join(f"{k}: {v}" for k, v in sorted(base.uncollected.items())[:5])
                 )
+            if base is not None and base.spaced:
+                rr.notes.append(
+                    f"{base.spaced} passing tests not used: whitespace in their ids (parametrized with "
+                    "strings), which swebench's pytest log parser cuts at the first space"
+                )
             if base is not None and not base.stable:  # said, not silent: nothing to inject against
                 rr.error = (
                     f"baseline: no test passed in all runs ({base.flaky} flaky; {base.seconds:.0f} s per run)"
