@@ -196,3 +196,48 @@ def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp
         for inst in insts:
             with contextlib.suppress(Exception):
                 docker_client.images.remove(inst.image, force=True)
+
+
+NESTED = """class Counter:
+    def __init__(self, start=0):
+        self.n = start
+
+    @property
+    def double(self):
+        return self.n * 2
+
+
+def make():
+    total = 0
+
+    def add(k):
+        nonlocal total
+        total += k
+        return total
+
+    return add
+"""
+
+
+def test_a_method_is_checked_alone_and_a_closure_with_its_function():
+    """Mutants of a method are checked on the method (under ``if 1:``), not its whole class; a
+    function using ``nonlocal`` still compiles with its enclosing one: both get mutants, each a
+    single-site edit inside its function, and the module still parses."""
+    import ast
+
+    from swerl.tasks.synth.mutate import mutants_of_source
+
+    ms = mutants_of_source("m.py", NESTED)
+    by_fn = {m.function for m in ms}
+    assert {"Counter.__init__", "Counter.double", "make"} <= by_fn, by_fn
+    for m in ms:
+        mutated = m.apply(NESTED)
+        assert ast.dump(ast.parse(mutated)) != ast.dump(ast.parse(NESTED)), m
+        changed = [
+            i
+            for i, (a, b) in enumerate(zip(NESTED.splitlines(), mutated.splitlines(), strict=False))
+            if a != b
+        ]
+        assert not changed or m.scope[0] - 1 <= changed[0] <= m.scope[1], m
+    # the closure's own edit (labelled with its enclosing function, whose body holds it)
+    assert any(m.operator == "flip_operator" and "total -= k" in m.new for m in ms)
