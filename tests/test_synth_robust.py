@@ -99,6 +99,21 @@ def test_layouts_tests_and_imports_are_found_where_the_repository_keeps_them(tmp
     assert flat.pythonpath == ["."] and flat.tests == ["tests/test_calc.py"] and flat.notes == []
 
 
+def test_a_repository_without_tests_or_sources_is_told_so_before_any_image(tmp_path):
+    """sortedcontainers' sdist ships no tests; a tree of tests only has nothing to mutate: each an
+    error naming what is missing, and nothing validated."""
+    from swerl.tasks.synth import synthesize
+
+    bare = _tree(tmp_path / "bare", {"tiny/__init__.py": "", "tiny/calc.py": CALC})
+    only = _tree(tmp_path / "only", {"tests/test_calc.py": TESTS})
+    report = synthesize([str(bare), str(only)], tmp_path / "out", methods=("inject",), use_ray=False,
+                        workdir=tmp_path / "w")  # fmt: skip
+    r_bare, r_only = report.repos
+    assert r_bare.error.startswith("no test files: none matches pytest's python_files"), r_bare.error
+    assert r_only.error.startswith("nothing to inject into: no source .py files"), r_only.error
+    assert report.validated == 0 and "repo_image" not in r_bare.seconds
+
+
 def test_the_probe_says_why_a_test_file_was_not_collected_and_what_stopped_pytest(tmp_path):
     """In the sandbox's probe: a file that does not import is named with its error; an option
     pytest refuses leaves its words, not an empty result read later as "no test passed"."""

@@ -299,7 +299,12 @@ def _setup(
                 f"nothing to inject into: no source .py files outside the tests "
                 f"(packages are top-level directories with __init__.py, or src/); {len(repo.tests)} test files"
             )
-        if "inject" in methods and repo.sources:
+        if "inject" in methods and repo.sources and not repo.tests:  # before any image is built
+            rr.error = (
+                f"no test files: none matches pytest's python_files and none is named test.py/tests.py "
+                f"({len(repo.sources)} source files; an sdist may leave its tests out)"
+            )
+        if "inject" in methods and repo.sources and repo.tests:
             t1 = time.monotonic()
             src.repo_img = repo_image(repo, client)
             rr.seconds["repo_image"] = time.monotonic() - t1
