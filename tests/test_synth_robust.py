@@ -165,9 +165,11 @@ def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp
     old = _tree(
         tmp_path / "old", {**base, "tests/test_calc.py": TESTS, "pytest.ini": "[pytest]\nminversion = 99.0\n"}
     )
+    needs = "\n\ndef test_needs_a_dependency():\n    import text_unidecode_not_here  # noqa: F401\n"
     spaced = "import pytest\n\n\n@pytest.mark.parametrize('s', ['a b', 'c d'])\ndef test_spaced(s):\n    assert add(1, 1) == 2\n"
     lib = _tree(
-        tmp_path / "lib", {"lib/tiny/__init__.py": "", "lib/tiny/calc.py": CALC, "test.py": TESTS + spaced}
+        tmp_path / "lib",
+        {"lib/tiny/__init__.py": "", "lib/tiny/calc.py": CALC, "test.py": TESTS + spaced + needs},
     )
     report = synthesize([str(cfg), str(dead), str(old), str(lib)], tmp_path / "suite", methods=("inject",), use_ray=False,
                         workers=1, batch=8, per_function=2, workdir=tmp_path / "w")  # fmt: skip
@@ -194,6 +196,10 @@ def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp
         assert any(n.startswith("2 passing tests not used: whitespace in their ids") for n in r_lib.notes), (
             r_lib.notes
         )
+        assert (
+            "1 tests fail in the image before any mutation (not used); most often: "
+            "ModuleNotFoundError: No module named 'text_unidecode_not_here' (1)" in r_lib.notes
+        ), r_lib.notes
         os.chdir(tmp_path)  # run_instance writes its logs under the cwd
         inst = insts[0]
         assert official_grade(inst, inst.patch, docker_client, run_id) == "resolved"

@@ -322,6 +322,12 @@ def _setup(
                     "collected in the image (their tests are not used): "
                     + "; ".join(f"{k}: {v}" for k, v in sorted(base.uncollected.items())[:5])
                 )
+            if base is not None and base.broken:
+                top = sorted(base.broken.items(), key=lambda kv: -kv[1])[:3]
+                rr.notes.append(
+                    f"{sum(base.broken.values())} tests fail in the image before any mutation (not used); "
+                    "most often: " + "; ".join(f"{why} ({n})" for why, n in top)
+                )
             if base is not None and base.spaced:
                 rr.notes.append(
                     f"{base.spaced} passing tests not used: whitespace in their ids (parametrized with "
