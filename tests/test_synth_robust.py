@@ -262,3 +262,45 @@ def test_a_method_is_checked_alone_and_a_closure_with_its_function():
         assert not changed or m.scope[0] - 1 <= changed[0] <= m.scope[1], m
     # the closure's own edit (labelled with its enclosing function, whose body holds it)
     assert any(m.operator == "flip_operator" and "total -= k" in m.new for m in ms)
+
+
+SENTINEL = """class Box:
+    __marker = object()
+
+    def pop(self, key, default=__marker):
+        if default is self.__marker:
+            raise KeyError(key)
+        return default
+
+    def size(self):
+        return 1 + 1
+"""
+
+
+def test_a_swapped_class_keeps_its_sentinel_defaults(tmp_path):
+    """cachetools' ``pop(self, key, default=__marker)``: the probe swaps a mutant of ``size`` into the
+    live class by re-running its body, which makes a new ``__marker``; ``pop`` must keep the class's
+    own, or ``test_pop_missing`` fails in the probe but passes on the mutant loaded from its file
+    (9 such FAIL_TO_PASS tests passed in the official no-patch run of a cachetools candidate)."""
+    from swerl.tasks.synth.mutate import mutants_of_source
+    from swerl.tasks.synth.runs import PROBE
+
+    _tree(tmp_path, {"box.py": SENTINEL, "test_box.py": (
+        "import pytest\nfrom box import Box\n\n\ndef test_pop_missing():\n    with pytest.raises(KeyError):\n"
+        "        Box().pop('k')\n\n\ndef test_size():\n    assert Box().size() == 2\n")})  # fmt: skip
+    (m,) = [
+        m
+        for m in mutants_of_source("box.py", SENTINEL)
+        if m.function == "Box.size" and m.operator == "flip_operator"
+    ]
+    tests = ["test_box.py::test_pop_missing", "test_box.py::test_size"]
+    item = {"id": m.key, "path": m.path, "lo": m.lo, "hi": m.hi, "new": m.new, "tests": tests,
+            "scope": list(m.scope), "top": "Box", "runs": 1}  # fmt: skip
+    job = {"root": str(tmp_path), "pythonpath": ["."], "timeout": 60, "kind": "mutants", "inproc": True,
+           "mutants": [item], "files": ["test_box.py"]}  # fmt: skip
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    subprocess.run([sys.executable, "-B", str(PROBE), str(tmp_path / "job.json"), str(tmp_path / "out.json")],
+                   check=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    ((res),) = json.loads((tmp_path / "out.json").read_text())
+    (run,) = res["runs"]
+    assert run["status"] == "ok" and run["outcomes"] == {tests[0]: "passed", tests[1]: "failed"}, run

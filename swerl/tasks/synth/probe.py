@@ -194,9 +194,24 @@ def _transplant(old, new, swapped: list) -> None:
             raise ValueError("free variables differ")
         if o.__code__ is not n.__code__:
             o.__code__ = n.__code__
-            o.__defaults__ = n.__defaults__
-            o.__kwdefaults__ = n.__kwdefaults__
+            o.__defaults__ = _defaults(o.__defaults__, n.__defaults__)
+            o.__kwdefaults__ = _defaults(o.__kwdefaults__, n.__kwdefaults__)
             swapped.append(o)
+
+
+PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _defaults(old, new):
+    """The defaults a swapped function keeps: a new value only where it is a plain constant (what a
+    mutant can change); any other object stays the one the module made at import. Re-running a class
+    body makes new objects: a sentinel default (``def pop(self, key, default=__marker)``) would then
+    no longer be the class's own, and a test fail that the mutant, loaded from its file, passes."""
+    if old is None or new is None or len(old) != len(new):
+        return new
+    if isinstance(old, dict):
+        return {k: v if isinstance(v, PLAIN) else old.get(k, v) for k, v in new.items()}
+    return tuple(n if isinstance(n, PLAIN) else o for o, n in zip(old, new, strict=True))
 
 
 def swap_in(m: dict) -> int:
