@@ -165,11 +165,12 @@ def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp
     old = _tree(
         tmp_path / "old", {**base, "tests/test_calc.py": TESTS, "pytest.ini": "[pytest]\nminversion = 99.0\n"}
     )
+    spawn = "\n\ndef test_cli():\n    import subprocess, sys\n    subprocess.run([sys.executable, '-c', 'import sys'], check=True)\n"
     needs = "\n\ndef test_needs_a_dependency():\n    import text_unidecode_not_here  # noqa: F401\n"
     spaced = "import pytest\n\n\n@pytest.mark.parametrize('s', ['a b', 'c d'])\ndef test_spaced(s):\n    assert add(1, 1) == 2\n"
     lib = _tree(
         tmp_path / "lib",
-        {"lib/tiny/__init__.py": "", "lib/tiny/calc.py": CALC, "test.py": TESTS + spaced + needs},
+        {"lib/tiny/__init__.py": "", "lib/tiny/calc.py": CALC, "test.py": TESTS + spaced + needs + spawn},
     )
     report = synthesize([str(cfg), str(dead), str(old), str(lib)], tmp_path / "suite", methods=("inject",), use_ray=False,
                         workers=1, batch=8, per_function=2, workdir=tmp_path / "w")  # fmt: skip
@@ -196,6 +197,8 @@ def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp
         assert any(n.startswith("2 passing tests not used: whitespace in their ids") for n in r_lib.notes), (
             r_lib.notes
         )
+        assert any(n.startswith("1 passing tests not used: they start a process") for n in r_lib.notes)
+        assert all("test_cli" not in t for i in from_lib for t in i.FAIL_TO_PASS + i.PASS_TO_PASS)
         assert (
             "1 tests fail in the image before any mutation (not used); most often: "
             "ModuleNotFoundError: No module named 'text_unidecode_not_here' (1)" in r_lib.notes
@@ -304,3 +307,24 @@ def test_a_swapped_class_keeps_its_sentinel_defaults(tmp_path):
     ((res),) = json.loads((tmp_path / "out.json").read_text())
     (run,) = res["runs"]
     assert run["status"] == "ok" and run["outcomes"] == {tests[0]: "passed", tests[1]: "failed"}, run
+
+
+def test_the_baseline_marks_a_test_that_starts_a_process(tmp_path):
+    """idna's and python-slugify's CLI tests run the library in a subprocess, which loads it from its
+    files: a mutant swapped into the probe's process is not there (the official run then failed tests
+    the probe passed). The trace marks such a test."""
+    from swerl.tasks.synth.runs import PROBE
+
+    _tree(tmp_path, {"pkg/__init__.py": "def work():\n    return 1\n", "test_cli.py": (
+        "import subprocess\nimport sys\n\nfrom pkg import work\n\n\ndef test_cli():\n"
+        "    subprocess.run([sys.executable, '-c', 'import pkg'], check=True)\n    assert work() == 1\n\n\n"
+        "def test_plain():\n    assert work() == 1\n")})  # fmt: skip
+    job = {"root": str(tmp_path), "pythonpath": ["."], "timeout": 60, "kind": "baseline", "inproc": True,
+           "tests": ["test_cli.py"], "files": ["test_cli.py"], "runs": 1,
+           "source_roots": [str(tmp_path / "pkg")], "baseline_timeout": 60}  # fmt: skip
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    subprocess.run([sys.executable, "-B", str(PROBE), str(tmp_path / "job.json"), str(tmp_path / "out.json")],
+                   check=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    (run,) = json.loads((tmp_path / "out.json").read_text())
+    assert run["calls"]["test_cli.py::test_cli"] == ["<spawn>", "pkg/__init__.py:1"], run["calls"]
+    assert run["calls"]["test_cli.py::test_plain"] == ["pkg/__init__.py:1"], run["calls"]

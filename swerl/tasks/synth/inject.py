@@ -20,6 +20,8 @@ from swerl.tasks.synth.mutate import Mutant, mutants_of_source, sample
 from swerl.tasks.synth.repo import Repo
 from swerl.tasks.synth.runs import run_jobs
 
+SPAWN = "<spawn>"  # as probe.SPAWN (probe.py runs in the sandbox and imports nothing of swerl)
+
 log = logging.getLogger(__name__)
 ROOT = "/testbed"
 
@@ -55,6 +57,9 @@ class Baseline:
     """Test files pytest could not collect (an import that fails in the image), and why."""
     spaced: int = 0
     """Passing tests left out because their ids hold whitespace (swebench's log parser cuts them there)."""
+    spawning: int = 0
+    """Passing tests left out because they start a process (a CLI run): the probe cannot see a mutant
+    there, the eval run would (idna's and python-slugify's CLI tests disagreed with the probe so)."""
     broken: dict[str, int] = field(default_factory=dict)
     """Tests failing before any mutation, by the first line of why (a module the image lacks, ...) -> count."""
 
@@ -128,15 +133,19 @@ def baseline(repo: Repo, image: str, runs: int = 3, timeout: float = 900.0, use_
     )
     spaced = {t for t in stable if any(c.isspace() for c in t)}
     stable -= spaced  # log parsers split on whitespace: such a test cannot be named in FAIL_TO_PASS
+    traced = result[0].get("calls", {})
+    spawning = {t for t in stable if SPAWN in traced.get(t, ())}
+    stable -= spawning  # a mutant swapped in live is not in the process such a test starts
     calls: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    for test, keys in result[0].get("calls", {}).items():
+    for test, keys in traced.items():
         if test in stable:
             for key in keys:
                 path, line = key.rsplit(":", 1)
                 calls[path].append((int(line), test))
     return Baseline(
-        stable, dict(calls), max(r["seconds"] for r in result), flaky, uncollected, len(spaced), dict(broken)
-    )
+        stable, dict(calls), max(r["seconds"] for r in result), flaky, uncollected=uncollected,
+        spaced=len(spaced), broken=dict(broken), spawning=len(spawning),
+    )  # fmt: skip
 
 
 def covering(m: Mutant, base: Baseline) -> list[str]:

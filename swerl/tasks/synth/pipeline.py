@@ -328,6 +328,11 @@ def _setup(
                     f"{sum(base.broken.values())} tests fail in the image before any mutation (not used); "
                     "most often: " + "; ".join(f"{why} ({n})" for why, n in top)
                 )
+            if base is not None and base.spawning:
+                rr.notes.append(
+                    f"{base.spawning} passing tests not used: they start a process (a CLI run), where a "
+                    "mutant the probe swaps in live is not"
+                )
             if base is not None and base.spaced:
                 rr.notes.append(
                     f"{base.spaced} passing tests not used: whitespace in their ids (parametrized with "

@@ -63,6 +63,11 @@ def why_uncollected(report) -> str:
     return (said[-1] if said else lines[-1] if lines else "collection failed")[-300:]
 
 
+SPAWN = "<spawn>"
+"""Recorded for a test that starts a process: code it runs there is loaded from the files, so a mutant
+swapped into this process is not in it."""
+
+
 class Tracer:
     """Which repository code objects each test calls: test id -> {"path:firstline"}."""
 
@@ -77,7 +82,10 @@ class Tracer:
         key = self.seen.get(code, 0)
         if key == 0:
             fn = os.path.abspath(code.co_filename)
-            key = f"{os.path.relpath(fn)}:{code.co_firstlineno}" if fn.startswith(self.roots) else None
+            if code.co_name == "_execute_child" and fn.endswith(os.sep + "subprocess.py"):
+                key = SPAWN
+            else:
+                key = f"{os.path.relpath(fn)}:{code.co_firstlineno}" if fn.startswith(self.roots) else None
             self.seen[code] = key
         if key is not None and self.current is not None:
             self.current.add(key)
