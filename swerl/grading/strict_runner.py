@@ -15,6 +15,7 @@ What the tested code can still do from inside this process is in the README
 ("What code inside the test process can still do").
 """
 
+import itertools
 import json
 import operator
 import os
@@ -230,39 +231,191 @@ def _probe(value):
             float: -1.2345e-300, complex: complex(-1.2345e-300, 7)}.get(kind)  # fmt: skip
 
 
+BUILTIN = frozenset((int, float, str, bytes, list, tuple, dict, set, frozenset, type(None)))
+
+
+def _truth(value, _kinds=BUILTIN):
+    """How ``if`` reads ``value`` when that reading runs no code of the value's own (bool, the
+    builtin scalars and containers); None for anything else (NotImplemented among them)."""
+    if value is True or value is False:
+        return value
+    return bool(value) if type(value) in _kinds else None
+
+
 COMPARED_BUDGET = 256
-"""Values looked at per comparison of a passing assertion (operands and their elements)."""
+"""Values looked at per comparison that said "equal" (operands and their elements)."""
+
+PLAIN = frozenset((str, bytes, int, float, complex, bool, type(None)))
+"""Builtin types compared in C with no elements: a comparison of two of them needs no look."""
+
+CHECKERS = ("eq", "ne", "in", "not_in", "chain")
+"""The runner's comparison functions, each bound in every rewritten test module as ``@swerl_NAME``
+(from ``_pytest.assertion.rewrite._swerl_NAME``): a name no source can spell."""
 
 
-def _watch_comparisons(reporter):
-    """Route each passing assertion's comparison to ``reporter.compared`` (pytest calls
-    ``_call_reprcompare`` on a pass only when a ``pytest_assertion_pass`` hook exists); a
-    failing one keeps pytest's own explanation. Installed before the snapshot, so the
-    framework's copy is this one."""
+def _watch_equality(reporter):
+    """Every ``==``, ``!=``, ``in`` and ``not in`` in the modules pytest's assertion rewriter
+    loads (test modules, conftests, plugins it marks) becomes a call of the runner's checker,
+    which compares as Python would and shows ``reporter.compared`` the operands of each
+    comparison that says "equal": in an ``assert``, ``assertTrue(a == b)`` or
+    ``if a != b: pytest.fail()`` alike. Installed before the snapshot (the rewriter's
+    functions and the checkers are watched), with pytest's bytecode cache off (a cached module
+    would run without them), so no module it rewrites runs untransformed."""
+    import ast
+
     from _pytest.assertion import rewrite
 
-    original = rewrite._call_reprcompare
+    seen = reporter.compared
 
-    def _call_reprcompare(ops, results, expls, each_obj):
-        for res in results:
-            try:
-                if not res:
-                    return original(ops, results, expls, each_obj)
-            except Exception:
-                return original(ops, results, expls, each_obj)
-        reporter.compared(ops, each_obj)
-        return expls[-1] if expls else ""
+    def eq(a, b, _plain=PLAIN):
+        __tracebackhide__ = True  # pytest leaves this frame out of a failure's traceback
+        r = a == b
+        if r is not False and not (type(a) in _plain and type(b) in _plain):
+            seen(("==",), (a, b))
+        return r
 
-    rewrite._call_reprcompare = _call_reprcompare
-    reporter.pytest_assertion_pass = lambda item, lineno, orig, expl: None
+    def ne(a, b, _plain=PLAIN):
+        __tracebackhide__ = True
+        r = a != b
+        if r is not True and not (type(a) in _plain and type(b) in _plain):
+            seen(("!=",), (a, b))
+        return r
+
+    def in_(a, b, _plain=PLAIN):
+        __tracebackhide__ = True
+        r = a in b
+        if r and not (type(a) in _plain and type(b) in _plain):
+            seen(("in",), (a, b))
+        return r
+
+    def not_in(a, b, _plain=PLAIN):
+        __tracebackhide__ = True
+        r = a not in b
+        if not r and not (type(a) in _plain and type(b) in _plain):
+            seen(("in",), (a, b))
+        return r
+
+    class Operand:
+        """One operand of a chained comparison (``a == b == c``): Python still evaluates
+        each operand once, left to right, and stops at the first false link."""
+
+        __slots__ = ("v",)
+        __hash__ = None
+
+        def __init__(self, v):
+            self.v = v
+
+        def __eq__(self, other):
+            __tracebackhide__ = True
+            return eq(self.v, other.v)
+
+        def __ne__(self, other):
+            __tracebackhide__ = True
+            return ne(self.v, other.v)
+
+        def __lt__(self, other):
+            __tracebackhide__ = True
+            return self.v < other.v
+
+        def __le__(self, other):
+            __tracebackhide__ = True
+            return self.v <= other.v
+
+        def __gt__(self, other):
+            __tracebackhide__ = True
+            return self.v > other.v
+
+        def __ge__(self, other):
+            __tracebackhide__ = True
+            return self.v >= other.v
+
+        def __contains__(self, other):
+            __tracebackhide__ = True
+            return in_(other.v, self.v)
+
+    checkers = dict(zip(CHECKERS, (eq, ne, in_, not_in, Operand)))  # noqa: B905 (3.6 syntax)
+    for name, fn in checkers.items():
+        setattr(rewrite, "_swerl_" + name, fn)
+    reporter.checkers = {"@swerl_" + name: fn for name, fn in checkers.items()}
+    transform = _Equality(ast)
+    original = rewrite.rewrite_asserts
+
+    def rewrite_asserts(mod, *args, **kwargs):
+        original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
+        transform.module(mod)
+        path = next((a for a in args if isinstance(a, str)), kwargs.get("module_path"))  # source is bytes
+        if path:
+            reporter.rewritten.add(os.path.realpath(path))
+
+    rewrite.rewrite_asserts = rewrite_asserts
+    rewrite._read_pyc = lambda *args, **kwargs: None  # compile from the source every run
+    rewrite._write_pyc = lambda *args, **kwargs: False  # and leave no cache an official run would read
+
+
+class _Equality:
+    """The AST transform of :func:`_watch_equality` (a ``NodeTransformer`` built lazily:
+    ``ast`` is imported only in strict runs)."""
+
+    OPS = {"Eq": "@swerl_eq", "NotEq": "@swerl_ne", "In": "@swerl_in", "NotIn": "@swerl_not_in"}
+
+    def __init__(self, ast):
+        self.ast = ast
+        outer = self
+
+        class Transformer(ast.NodeTransformer):
+            def visit_Compare(self, node):
+                self.generic_visit(node)
+                return outer.compare(node)
+
+        self.transformer = Transformer()
+
+    def module(self, mod):
+        ast = self.ast
+        self.transformer.visit(mod)
+        names = [ast.alias(name="_swerl_" + n, asname="@swerl_" + n) for n in CHECKERS]
+        imp = ast.ImportFrom(module="_pytest.assertion.rewrite", names=names, level=0)
+        pos = 0  # after the docstring and ``from __future__`` imports, as pytest's own imports
+        for i, item in enumerate(mod.body):
+            if i == 0 and isinstance(item, ast.Expr) and _is_text(item.value):
+                pos = 1
+            elif isinstance(item, ast.ImportFrom) and item.level == 0 and item.module == "__future__":
+                pos = i + 1
+            else:
+                break
+        line = mod.body[pos].lineno if pos < len(mod.body) else 1
+        for node in [imp, *names]:
+            node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = line, 0, line, 0
+        mod.body.insert(pos, imp)  # no fix_missing_locations: pytest's own nodes carry no end line
+
+    def compare(self, node):
+        ast = self.ast
+        kinds = [type(op).__name__ for op in node.ops]
+        if not any(k in self.OPS for k in kinds):
+            return node
+        if len(kinds) == 1:
+            return self.call(self.OPS[kinds[0]], [node.left, node.comparators[0]], node)
+        if "Is" in kinds or "IsNot" in kinds:  # identity of a wrapped operand is not the operand's
+            return node
+        wrapped = [self.call("@swerl_chain", [e], e) for e in [node.left, *node.comparators]]
+        return ast.copy_location(ast.Compare(wrapped[0], node.ops, wrapped[1:]), node)
+
+    def call(self, name, args, where):
+        ast = self.ast
+        func = ast.copy_location(ast.Name(name, ast.Load()), where)
+        return ast.copy_location(ast.Call(func, args, []), where)
+
+
+def _is_text(node):
+    kind = type(node).__name__
+    return kind == "Str" or (kind == "Constant" and isinstance(node.value, str))
 
 
 def _watch_unittest(reporter):
-    """A ``TestCase``'s ``assertEqual`` / ``assertNotEqual`` that passed show the runner what they
-    compared, as a passing ``assert`` does (installed before the snapshot)."""
+    """A ``TestCase``'s ``assertEqual`` / ``assertNotEqual`` / ``assertIn`` that passed show the
+    runner what they compared, as a comparison in test code does (installed before the snapshot)."""
     import unittest
 
-    for name, op in (("assertEqual", "=="), ("assertNotEqual", "!=")):
+    for name, op in (("assertEqual", "=="), ("assertNotEqual", "!="), ("assertIn", "in")):
         _watch_assert(unittest.TestCase, name, op, reporter)
 
 
@@ -290,6 +443,8 @@ class Reporter:
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
         self.eq_code = {}  # (type, method name) -> (method, why) if the change made it, else None
+        self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
+        self.where_rewritten = {}  # a module's __file__ -> whether it is one of those files
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
         self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
@@ -362,22 +517,42 @@ class Reporter:
             return "an object no loaded module defines"
         return self._file_why(getattr(mod, "__file__", "") or "")
 
+    def rerouted(self, mod):
+        """Why a module the rewriter transformed no longer holds the runner's comparison
+        functions under their names ("" if it does, or if it is not such a module)."""
+        names = getattr(mod, "__dict__", None)
+        path = names.get("__file__") if isinstance(names, dict) else None
+        if not isinstance(path, str):
+            return ""
+        if path not in self.where_rewritten:
+            self.where_rewritten[path] = os.path.realpath(path) in self.rewritten
+        if not self.where_rewritten[path]:
+            return ""
+        bad = sorted(name for name, fn in self.checkers.items() if names.get(name) is not fn)
+        return "had its comparisons rerouted (" + ", ".join(bad) + ")" if bad else ""
+
     def compared(self, ops, operands):
-        """An assertion that passed compared ``operands`` with ``ops``: an operand whose ``==`` or
-        ``!=`` is the change's code (or generated, or written during the run) must not say it
-        equals a value it has never seen (a fresh object, or a fresh value of the other side's
-        type): an object equal to everything passes every test and fixes nothing. Elements of
-        builtin containers are looked at too (a list's ``==`` asks its elements), up to
+        """A comparison in test code said "equal" (``==`` true, ``!=`` false, ``in`` true) of
+        ``operands``: an operand whose ``__eq__`` / ``__ne__`` / ``__contains__`` is the change's
+        code (or generated, or written during the run) must not say it equals (holds) a value it
+        has never seen (a fresh object, or a fresh value of the other side's type): an object
+        equal to everything passes every test and fixes nothing. Elements of builtin containers
+        are looked at too (a list's ``==`` and ``in`` ask its elements), up to
         :data:`COMPARED_BUDGET` values per comparison."""
         for i, op in enumerate(ops):
-            if op not in ("==", "!="):
+            a, b = operands[i], operands[i + 1]
+            if op == "in":  # a in b: a's ==, b's __contains__, b's elements' ==
+                why = self._anything_equal(a, None, "==") or self._equal_to_anything(b, a, "in")
+                if not why and type(b) in (list, tuple, set, frozenset, dict):
+                    why = self._anything_equal(list(itertools.islice(b, COMPARED_BUDGET)), None, "==")
+            elif op in ("==", "!="):
+                why = self._anything_equal(a, b, op) or self._anything_equal(b, a, op)
+            else:
                 continue
-            why = self._anything_equal(operands[i], operands[i + 1], op) or self._anything_equal(
-                operands[i + 1], operands[i], op
-            )
             if why:
                 self.raised.add(self.current)
-                self.tampered.append("test " + str(self.current) + " compared " + why)
+                where = "test " + str(self.current) if self.current else "code outside a test"
+                self.tampered.append(where + " compared " + why)
                 return
 
     def _anything_equal(self, value, other, op):
@@ -389,10 +564,12 @@ class Reporter:
         while todo and budget > 0:
             x, o, op = todo.pop()
             budget -= 1
+            kind = type(x)
+            if kind in PLAIN:  # compared in C, nothing inside
+                continue
             why = self._equal_to_anything(x, o, op)
             if why:
                 return why
-            kind = type(x)
             if kind in (list, tuple) and type(o) in (list, tuple):
                 todo.extend((a, b, "==") for a, b in zip(x[:budget], o[:budget]))  # noqa: B905 (3.6 syntax)
             elif kind is dict and type(o) is dict:
@@ -401,9 +578,11 @@ class Reporter:
                 todo.extend((v, None, "==") for v in list(x.values() if kind is dict else x)[:budget])
         return ""
 
+    CLAIMS = {"==": ("__eq__", True, " equals"), "!=": ("__ne__", False, " equals"), "in": ("__contains__", True, " holds")}  # fmt: skip
+
     def _equal_to_anything(self, x, other, op):
         cls = type(x)
-        name, claims = ("__eq__", True) if op == "==" else ("__ne__", False)
+        name, claims, verb = self.CLAIMS[op]
         if (cls, name) not in self.eq_code:  # once per type and method: is it the change's code
             fn = getattr(cls, name, None)
             fn = getattr(fn, "__func__", fn)
@@ -421,8 +600,10 @@ class Reporter:
                 said = fn(x, probe)
             except Exception:
                 continue
-            if said is claims:
-                return "a " + cls.__name__ + " whose " + name + " says it equals anything (" + where + ")"
+            if _truth(said) is claims:
+                return (
+                    "a " + cls.__name__ + " whose " + name + " says it" + verb + " anything (" + where + ")"
+                )
         return ""
 
     def pytest_configure(self, config):
@@ -471,6 +652,10 @@ class Reporter:
         changed = changed_since(self.seen, self._foreign, touched)
         if changed:
             self.tampered.append("the test framework was modified during the run: " + ", ".join(changed[:8]))
+        for mod in list(sys.modules.values()):
+            why = self.rerouted(mod)
+            if why:
+                self.tampered.append("module " + str(getattr(mod, "__name__", "?")) + " " + why)
         if config is None:
             return
         for name, impl in self.hookimpls(config):
@@ -666,6 +851,10 @@ def _wrap_call(reporter):
         why = why or _renamed(item)
         reporter.current = item.nodeid
         outcome = yield
+        try:
+            why = why or reporter.rerouted(item.module)
+        except Exception:  # items with no module (doctests, other plugins' items)
+            pass
         if outcome.excinfo is not None or why:
             reporter.raised.add(item.nodeid)
         if why:
@@ -840,9 +1029,7 @@ def main():
         for name in plugins:
             extra += ["-p", name]
     reporter = Reporter(Channel(pipe_w), None, changed, cwd)
-    if version >= (5, 0):  # the assertion pass hook (pytest 5.0+) shows what a passing assert compared
-        extra += ["-o", "enable_assertion_pass_hook=true"]
-        _watch_comparisons(reporter)
+    _watch_equality(reporter)  # every ==, !=, in of the test modules shows the runner what said "equal"
     _watch_unittest(reporter)  # imports unittest (watched; pytest imports it anyway)
 
     reporter.seen = snapshot(extra=(__name__,))
