@@ -345,7 +345,7 @@ def _watch_equality(reporter):
         transform.module(mod)
         path = next((a for a in args if isinstance(a, str)), kwargs.get("module_path"))  # source is bytes
         if path:
-            reporter.rewritten.add(os.path.realpath(path))
+            reporter.rewritten.add(str(path))  # the code's co_filename and the module's __file__
 
     rewrite.rewrite_asserts = rewrite_asserts
     rewrite._read_pyc = lambda *args, **kwargs: None  # compile from the source every run
@@ -430,6 +430,11 @@ def _watch_assert(case, name, op, reporter):
     setattr(case, name, checked)
 
 
+def _namespace(mod):
+    names = getattr(mod, "__dict__", None)
+    return names if isinstance(names, dict) else {}
+
+
 def code_file(fn):
     code = getattr(fn, "__code__", None) or getattr(vars(type(fn)).get("__call__"), "__code__", None)
     return getattr(code, "co_filename", "") or ""
@@ -444,7 +449,7 @@ class Reporter:
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
         self.eq_code = {}  # (type, method name) -> (method, why) if the change made it, else None
         self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
-        self.where_rewritten = {}  # a module's __file__ -> whether it is one of those files
+        self.test_globals = {}  # id -> the globals of each test function run from such a file
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
         self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
@@ -517,19 +522,21 @@ class Reporter:
             return "an object no loaded module defines"
         return self._file_why(getattr(mod, "__file__", "") or "")
 
-    def rerouted(self, mod):
-        """Why a module the rewriter transformed no longer holds the runner's comparison
-        functions under their names ("" if it does, or if it is not such a module)."""
-        names = getattr(mod, "__dict__", None)
-        path = names.get("__file__") if isinstance(names, dict) else None
-        if not isinstance(path, str):
-            return ""
-        if path not in self.where_rewritten:
-            self.where_rewritten[path] = os.path.realpath(path) in self.rewritten
-        if not self.where_rewritten[path]:
-            return ""
+    def rerouted(self, names):
+        """Why the globals ``names`` of a module the rewriter transformed no longer hold the
+        runner's comparison functions under their names ("" if they do)."""
         bad = sorted(name for name, fn in self.checkers.items() if names.get(name) is not fn)
         return "had its comparisons rerouted (" + ", ".join(bad) + ")" if bad else ""
+
+    def test_rerouted(self, fn):
+        """:meth:`rerouted` for the globals a test function runs with, if its code (whose file
+        name no code can change unseen) was compiled by the rewriter."""
+        fn = getattr(fn, "__func__", fn)
+        code = getattr(fn, "__code__", None)
+        if code is None or code.co_filename not in self.rewritten:
+            return ""
+        self.test_globals[id(fn.__globals__)] = fn.__globals__
+        return self.rerouted(fn.__globals__)
 
     def compared(self, ops, operands):
         """A comparison in test code said "equal" (``==`` true, ``!=`` false, ``in`` true) of
@@ -652,10 +659,14 @@ class Reporter:
         changed = changed_since(self.seen, self._foreign, touched)
         if changed:
             self.tampered.append("the test framework was modified during the run: " + ", ".join(changed[:8]))
-        for mod in list(sys.modules.values()):
-            why = self.rerouted(mod)
+        spaces = list(self.test_globals.values())  # and every module loaded from a rewritten file
+        spaces += [
+            d for d in map(_namespace, list(sys.modules.values())) if d.get("__file__") in self.rewritten
+        ]
+        for names in spaces:
+            why = self.rerouted(names)
             if why:
-                self.tampered.append("module " + str(getattr(mod, "__name__", "?")) + " " + why)
+                self.tampered.append("test module " + str(names.get("__name__")) + " " + why)
         if config is None:
             return
         for name, impl in self.hookimpls(config):
@@ -852,9 +863,12 @@ def _wrap_call(reporter):
         reporter.current = item.nodeid
         outcome = yield
         try:
-            why = why or reporter.rerouted(item.module)
-        except Exception:  # items with no module (doctests, other plugins' items)
-            pass
+            rerouted = reporter.test_rerouted(item.obj)
+        except Exception:  # items without a Python function (doctests, other plugins' items)
+            rerouted = ""
+        if rerouted:
+            reporter.raised.add(item.nodeid)
+            reporter.tampered.append("test " + item.nodeid + " ran in a module that " + rerouted)
         if outcome.excinfo is not None or why:
             reporter.raised.add(item.nodeid)
         if why:
