@@ -338,40 +338,46 @@ def _watch_equality(reporter):
         setattr(rewrite, "_swerl_" + name, fn)
     reporter.checkers = {"@swerl_" + name: fn for name, fn in checkers.items()}
     transform = _Equality(ast)
-    original = rewrite.rewrite_asserts
+    original, read_pyc, write_pyc = rewrite.rewrite_asserts, rewrite._read_pyc, rewrite._write_pyc
+    root = os.path.realpath(reporter.root)
+
+    def ours(path):
+        """Whether the module at ``path`` is transformed: any but an installed one (a plugin
+        pytest rewrites too) outside the repository."""
+        full = os.path.realpath(str(path))
+        installed = os.sep + "site-packages" + os.sep in full or os.sep + "dist-packages" + os.sep in full
+        return _inside(full, root) or not installed
 
     def rewrite_asserts(mod, *args, **kwargs):
         original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
-        transform.module(mod)
         path = next((a for a in args if isinstance(a, str)), kwargs.get("module_path"))  # source is bytes
-        if path:
+        if path is None or ours(path):
+            transform.module(mod)
             reporter.rewritten.add(str(path))  # the code's co_filename and the module's __file__
 
-    rewrite.rewrite_asserts = rewrite_asserts
-    rewrite._read_pyc = lambda *args, **kwargs: None  # compile from the source every run
-    rewrite._write_pyc = lambda *args, **kwargs: False  # and leave no cache an official run would read
+    def _read_pyc(source, pyc, *args, **kwargs):  # a transformed module is compiled every run
+        return None if ours(source) else read_pyc(source, pyc, *args, **kwargs)
+
+    def _write_pyc(state, co, *args, **kwargs):  # and leaves no cache an official run would read
+        return False if ours(co.co_filename) else write_pyc(state, co, *args, **kwargs)
+
+    rewrite.rewrite_asserts, rewrite._read_pyc, rewrite._write_pyc = rewrite_asserts, _read_pyc, _write_pyc
 
 
 class _Equality:
-    """The AST transform of :func:`_watch_equality` (a ``NodeTransformer`` built lazily:
-    ``ast`` is imported only in strict runs)."""
+    """The AST transform of :func:`_watch_equality`: one pass over the module (a loop over
+    each node's fields, no visitor dispatch: the tree pytest leaves is large), each comparison
+    that can say "equal" replaced by a call of the runner's checker."""
 
     OPS = {"Eq": "@swerl_eq", "NotEq": "@swerl_ne", "In": "@swerl_in", "NotIn": "@swerl_not_in"}
+    SKIP = frozenset(("ctx", "ops"))  # fields that never hold a comparison
 
     def __init__(self, ast):
         self.ast = ast
-        outer = self
-
-        class Transformer(ast.NodeTransformer):
-            def visit_Compare(self, node):
-                self.generic_visit(node)
-                return outer.compare(node)
-
-        self.transformer = Transformer()
 
     def module(self, mod):
         ast = self.ast
-        self.transformer.visit(mod)
+        self.walk(mod)
         names = [ast.alias(name="_swerl_" + n, asname="@swerl_" + n) for n in CHECKERS]
         imp = ast.ImportFrom(module="_pytest.assertion.rewrite", names=names, level=0)
         pos = 0  # after the docstring and ``from __future__`` imports, as pytest's own imports
@@ -386,6 +392,43 @@ class _Equality:
         for node in [imp, *names]:
             node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = line, 0, line, 0
         mod.body.insert(pos, imp)  # no fix_missing_locations: pytest's own nodes carry no end line
+
+    def walk(self, mod):
+        """Replace every comparison under ``mod``; the replacement is walked in its turn (an
+        operand may hold comparisons of its own)."""
+        ast = self.ast
+        AST, Compare, If, skip, compare = ast.AST, ast.Compare, ast.If, self.SKIP, self.compare
+        stack = [mod]
+        while stack:
+            node = stack.pop()
+            if type(node) is If and self.failed_assert(node.test):
+                continue  # pytest's code for an assert that failed: it explains, the test fails anyway
+            for field in node._fields:
+                if field in skip:
+                    continue
+                value = getattr(node, field, None)
+                if isinstance(value, list):
+                    for i, item in enumerate(value):
+                        if isinstance(item, AST):
+                            if type(item) is Compare:
+                                value[i] = item = compare(item)
+                            stack.append(item)
+                elif isinstance(value, AST):
+                    if type(value) is Compare:
+                        value = compare(value)
+                        setattr(node, field, value)
+                    stack.append(value)
+
+    def failed_assert(self, test):
+        """Whether ``test`` is ``not @py_assertN``: the branch pytest's rewrite runs once an
+        assert failed (its message, its explanation: the bulk of the rewritten tree)."""
+        ast = self.ast
+        return (
+            type(test) is ast.UnaryOp
+            and type(test.op) is ast.Not
+            and type(test.operand) is ast.Name
+            and test.operand.id.startswith("@py_assert")
+        )
 
     def compare(self, node):
         ast = self.ast
