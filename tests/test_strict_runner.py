@@ -464,6 +464,8 @@ OUTSIDE_ASSERT = {  # the F2P test (add(1, 2) must be 3) compared without an ``a
     "def test_add():\n    assert _same(add(1, 2), 3)\n\n\ndef test_zero():\n    assert _same(add(0, 0), 0)\n",
     "in": "from pkg import add\n\n\ndef test_add():\n    assert add(1, 2) in (3, 33)\n\n\n"
     "def test_zero():\n    assert add(0, 0) in [0]\n",
+    "or-in-assert": "from pkg import add\n\n\ndef test_add():\n    assert add(1, 2) is None or add(1, 2) == 3\n\n\n"
+    "def test_zero():\n    assert add(0, 0) is None or add(0, 0) == 0\n",
     "dont-rewrite": '"""PYTEST_DONT_REWRITE"""\nfrom pkg import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n'
     "def test_zero():\n    assert add(0, 0) == 0\n",
     "chained": "from pkg import add\n\n\ndef test_add():\n    assert 3 == add(1, 2) == 3\n\n\n"

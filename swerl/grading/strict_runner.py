@@ -401,9 +401,9 @@ class _Equality:
         stack = [mod]
         while stack:
             node = stack.pop()
-            if type(node) is If and self.failed_assert(node.test):
-                continue  # pytest's code for an assert that failed: it explains, the test fails anyway
-            for field in node._fields:
+            # pytest's code for an assert that failed explains it (the test fails anyway)
+            fields = ("orelse",) if type(node) is If and self.failed_assert(node) else node._fields
+            for field in fields:
                 if field in skip:
                     continue
                 value = getattr(node, field, None)
@@ -419,15 +419,19 @@ class _Equality:
                         setattr(node, field, value)
                     stack.append(value)
 
-    def failed_assert(self, test):
-        """Whether ``test`` is ``not @py_assertN``: the branch pytest's rewrite runs once an
-        assert failed (its message, its explanation: the bulk of the rewritten tree)."""
-        ast = self.ast
+    def failed_assert(self, node):
+        """Whether ``node`` is ``if not @py_assertN: ...; raise``: the branch pytest's rewrite
+        runs once an assert failed (its message and explanation: the bulk of the rewritten
+        tree). An ``or``'s next operand is evaluated under ``if not @py_assertN:`` too, but
+        its body never ends in a ``raise``."""
+        ast, test = self.ast, node.test
         return (
             type(test) is ast.UnaryOp
             and type(test.op) is ast.Not
             and type(test.operand) is ast.Name
             and test.operand.id.startswith("@py_assert")
+            and bool(node.body)
+            and type(node.body[-1]) is ast.Raise
         )
 
     def compare(self, node):
