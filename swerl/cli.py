@@ -94,10 +94,12 @@ def cmd_tasks_synth(args: argparse.Namespace) -> int:
         per_function=args.per_function, workers=args.workers, use_ray=not args.no_ray, writer=writer,
         minutes=args.minutes,
     )  # fmt: skip
-    lines = [
-        f"{r.repo}: {r.method_counts} {('error: ' + r.error) if r.error else ''}".rstrip()
-        for r in report.repos
-    ]
+    lines = []
+    for r in report.repos:
+        lines.append(f"{r.repo}: {r.method_counts} {('error: ' + r.error) if r.error else ''}".rstrip())
+        if r.rejected:  # why candidates were not kept: the reason for a low yield
+            lines.append(f"  rejected: {dict(sorted(r.rejected.items(), key=lambda kv: -kv[1]))}")
+        lines += [f"  note: {note}" for note in r.notes]
     lines.append(f"{report.validated} validated tasks in {report.seconds:.0f} s -> {args.out}/tasks.jsonl")
     _emit(args, report.to_dict(), "\n".join(lines))
     return EXIT_OK if report.validated else EXIT_FAILED

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swerl.errors import ConfigError
+from swerl.errors import ConfigError, InfraError
 from swerl.tasks.synth.mutate import Mutant, mutants_of_source, sample
 from swerl.tasks.synth.repo import Repo
 from swerl.tasks.synth.runs import run_jobs
@@ -51,6 +51,8 @@ class Baseline:
     """path -> [(first line of a code object, test that called it)]."""
     seconds: float
     flaky: int = 0
+    uncollected: dict[str, str] = field(default_factory=dict)
+    """Test files pytest could not collect (an import that fails in the image), and why."""
 
 
 @dataclass
@@ -85,7 +87,7 @@ class InjectStats:
 
 
 def job_base(repo: Repo, timeout: float) -> dict:
-    return {"root": ROOT, "pythonpath": repo.pythonpath, "timeout": timeout}
+    return {"root": ROOT, "pythonpath": repo.pythonpath, "timeout": timeout, "pytest_args": repo.pytest_args}
 
 
 def baseline(repo: Repo, image: str, runs: int = 3, timeout: float = 900.0, use_ray: bool = True) -> Baseline:
@@ -100,6 +102,17 @@ def baseline(repo: Repo, image: str, runs: int = 3, timeout: float = 900.0, use_
     ((_, result),) = list(run_jobs([(image, job, timeout * runs + 120)], 1, use_ray))
     if isinstance(result, Exception):
         raise result
+    if isinstance(result, dict):  # pytest stopped before any test: its words, not "no test passed"
+        raise ConfigError(
+            f"{repo.name}: pytest ran no test in the image (exit {result.get('exit')}; "
+            f"options added: {' '.join(repo.pytest_args) or 'none'}): {result.get('fatal', '')}"
+        )
+    uncollected = {k: v for k, v in result[0].get("uncollected", {}).items()}
+    if uncollected and not any(r["outcomes"] for r in result):
+        raise ConfigError(
+            f"{repo.name}: none of its {len(repo.tests)} test files could be collected: "
+            + "; ".join(f"{k}: {v}" for k, v in sorted(uncollected.items())[:5])
+        )
     outcomes = [r["outcomes"] for r in result]
     passed = [{t for t, o in oc.items() if o == "passed"} for oc in outcomes]
     stable = set.intersection(*passed) if passed else set()
@@ -111,7 +124,7 @@ def baseline(repo: Repo, image: str, runs: int = 3, timeout: float = 900.0, use_
             for key in keys:
                 path, line = key.rsplit(":", 1)
                 calls[path].append((int(line), test))
-    return Baseline(stable, dict(calls), max(r["seconds"] for r in result), flaky)
+    return Baseline(stable, dict(calls), max(r["seconds"] for r in result), flaky, uncollected)
 
 
 def covering(m: Mutant, base: Baseline) -> list[str]:
@@ -242,6 +255,10 @@ def probe_batch(
             failed: list[dict] = []
             parts = [todo[i : i + size] for i in range(0, len(todo), max(1, size))]
             for n, res in run_jobs([prober.job(p, inproc) for p in parts], 1 if size > 1 else 2, use_ray):
+                if isinstance(res, dict):  # pytest ran nothing in the sandbox (see probe.main_inproc)
+                    res = InfraError(
+                        f"pytest ran no test (exit {res.get('exit')}): {res.get('fatal', '')[-300:]}"
+                    )
                 if isinstance(res, Exception):
                     log.warning("probe batch of %d failed: %s", len(parts[n]), res)
                     stats.batch_failures += 1

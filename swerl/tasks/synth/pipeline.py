@@ -51,6 +51,11 @@ class RepoReport:
     validated_at: list[float] = field(default_factory=list)
     """Seconds from the start of the run at which each validated task passed its check."""
     error: str = ""
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    """Rejection reason of the official check -> a few ``instance_id: why`` (what a low yield looks like)."""
+    notes: list[str] = field(default_factory=list)
+    """What lowers this repository's yield without stopping it (options left out of its pytest
+    config, test files that cannot be collected, a small suite), said so a low count has its reason."""
 
 
 @dataclass
@@ -125,7 +130,11 @@ def check_one(
         return False, f"no patch {status.value}"
     failing = {t for t in [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS] if smap.get(t) not in PASSED}
     if failing != set(inst.FAIL_TO_PASS):
-        return False, "no-patch run disagrees with the probe runs"
+        more, fewer = sorted(failing - set(inst.FAIL_TO_PASS)), sorted(set(inst.FAIL_TO_PASS) - failing)
+        return False, (
+            f"no-patch run disagrees with the probe runs: {len(more)} more failing {more[:3]}, "
+            f"{len(fewer)} of FAIL_TO_PASS not failing {[(t, smap.get(t)) for t in fewer[:3]]}"
+        )
     return True, ""
 
 
@@ -274,6 +283,7 @@ def _setup(
         rr.error = str(e)[:500]
         return None
     rr.repo = repo.name
+    rr.notes += repo.notes
     src = _Source(n, rr, repo)
     try:
         if "mine" in methods and int(repo_git_count(repo)) > 1:
@@ -284,6 +294,11 @@ def _setup(
             if src.mined:
                 src.bundle = write_bundle(repo, out)  # the generic recipe builds mined tasks from it
         rr.seconds["mine"] = time.monotonic() - t0
+        if "inject" in methods and not repo.sources:
+            rr.error = (
+                f"nothing to inject into: no source .py files outside the tests "
+                f"(packages are top-level directories with __init__.py, or src/); {len(repo.tests)} test files"
+            )
         if "inject" in methods and repo.sources:
             t1 = time.monotonic()
             src.repo_img = repo_image(repo, client)
@@ -295,11 +310,23 @@ def _setup(
                 rr.error = f"baseline: {e}"[:500]
                 base = None
             rr.seconds["baseline"] = time.monotonic() - t1
+            if base is not None and base.uncollected:
+                repo.tests = [t for t in repo.tests if t not in base.uncollected]  # probes skip them
+                rr.notes.append(
+                    f"{len(base.uncollected)} of {len(base.uncollected) + len(repo.tests)} test files could not be "
+                    "collected in the image (their tests are not used): "
+                    + "; ".join(f"{k}: {v}" for k, v in sorted(base.uncollected.items())[:5])
+                )
             if base is not None and not base.stable:  # said, not silent: nothing to inject against
                 rr.error = (
                     f"baseline: no test passed in all runs ({base.flaky} flaky; {base.seconds:.0f} s per run)"
                 )
             elif base is not None:
+                if len(base.stable) < 20:
+                    rr.notes.append(
+                        f"only {len(base.stable)} stable tests: a mutant failing more than "
+                        f"{Prober.max_fail_fraction:.0%} of them is rejected (most_tests_fail)"
+                    )
                 src.prober = Prober(repo, src.repo_img, base, max_test_seconds=max_test_seconds)
                 src.items = pick(repo, base, per_function=per_function, max_candidates=max_candidates, seed=seed,
                                  stats=src.stats)  # fmt: skip
@@ -447,6 +474,9 @@ class _Stream:
         else:
             key = "official_" + res["why"].split(":")[0].replace(" ", "_")
             src.rr.rejected[key] = src.rr.rejected.get(key, 0) + 1
+            seen = src.rr.examples.setdefault(key, [])
+            if len(seen) < 3:
+                seen.append(f"{inst.instance_id}: {res['why'][:400]}")
 
     def _keep(self, src: _Source, inst: Instance, c: Candidate) -> None:
         src.kept.append((inst, c))

@@ -52,6 +52,15 @@ class Collect:
     def pytest_collectreport(self, report) -> None:
         if report.failed:
             self.outcomes[report.nodeid or "<collection>"] = "error"
+            self.errors.setdefault(report.nodeid or "<collection>", why_uncollected(report))
+
+
+def why_uncollected(report) -> str:
+    """The line saying why a file could not be collected (``E   ImportError: ...``), not the traceback."""
+    text = str(report.longrepr)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    said = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
+    return (said[-1] if said else lines[-1] if lines else "collection failed")[-300:]
 
 
 class Tracer:
@@ -86,7 +95,9 @@ class Tracer:
         self.current = None
 
 
-def run_pytest(args: list[str], timeout: float, trace_roots: list[str] | None = None) -> dict:
+def run_pytest(
+    args: list[str], timeout: float, trace_roots: list[str] | None = None, opts: tuple[str, ...] = ()
+) -> dict:
     """One pytest run in a forked child; returns {"outcomes", "seconds", "status"[, "calls"]}."""
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
@@ -104,7 +115,7 @@ def run_pytest(args: list[str], timeout: float, trace_roots: list[str] | None = 
             tracer = Tracer(trace_roots) if trace_roots else None
             if tracer:
                 plugins.append(tracer)
-            pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *args], plugins=plugins)
+            pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *opts, *args], plugins=plugins)
             data = {"outcomes": collect.outcomes, "errors": collect.errors}
             if tracer:
                 data["calls"] = {k: sorted(v) for k, v in tracer.calls.items()}
@@ -254,6 +265,12 @@ class Driver:
 
     def __init__(self, job: dict, results: list) -> None:
         self.job, self.results = job, results
+        self.uncollected: dict[str, str] = {}
+        """Test files (node ids) whose collection failed, and why."""
+
+    def pytest_collectreport(self, report) -> None:
+        if report.failed:
+            self.uncollected[report.nodeid or "<collection>"] = why_uncollected(report)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session) -> bool:
@@ -269,6 +286,8 @@ class Driver:
                         float(job.get("baseline_timeout", 600)),
                     )
                 )
+            for run in self.results:
+                run["uncollected"] = self.uncollected
             return True
         for m in job["mutants"]:
             items = [by_id[t] for t in m["tests"] if t in by_id]
@@ -314,14 +333,24 @@ def repeat(m: dict, run) -> list:
     return runs
 
 
-def main_inproc(job: dict) -> list:
+LOG = "/tmp/swerl_probe.log"
+
+
+def main_inproc(job: dict) -> list | dict:
+    """The job's results; or, when pytest stopped before running anything (a usage error, a conftest
+    that does not import), ``{"fatal": ..., "exit": code}`` with what pytest said."""
     results: list = []
-    log = os.open("/tmp/swerl_probe.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    log = os.open(LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
     os.dup2(log, 2)
-    pytest.main(
-        ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *job["files"]], plugins=[Driver(job, results)]
+    code = pytest.main(
+        ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *job.get("pytest_args", []), *job["files"]],
+        plugins=[Driver(job, results)],
     )
+    if not results and (job["kind"] == "baseline" or job.get("mutants")):
+        with open(LOG, errors="replace") as f:
+            said = [ln.rstrip() for ln in f.read().splitlines() if ln.strip()]
+        return {"fatal": "\n".join(said[-12:])[-1500:], "exit": int(code)}
     return results
 
 
@@ -334,13 +363,17 @@ def main() -> int:
         sys.path.insert(0, os.path.abspath(p))
     os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in job.get("pythonpath", []))
     timeout = float(job.get("timeout", 60))
-    results = []
+    opts = tuple(job.get("pytest_args", ()))
+    results: list = []
     if job.get("inproc"):
-        results = main_inproc(job)
-    elif job["kind"] == "baseline":
+        out = main_inproc(job)
+        with open(out_path, "w") as f:
+            json.dump(out, f)
+        return 0
+    if job["kind"] == "baseline":
         for i in range(int(job.get("runs", 3))):
             roots = job.get("source_roots") if i == 0 else None
-            results.append(run_pytest(job["tests"], float(job.get("baseline_timeout", 600)), roots))
+            results.append(run_pytest(job["tests"], float(job.get("baseline_timeout", 600)), roots, opts))
     else:
         for m in job["mutants"]:
             path = m["path"]
@@ -351,7 +384,7 @@ def main() -> int:
             try:
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(mutated)
-                runs = repeat(m, lambda m=m: run_pytest(m["tests"], timeout))
+                runs = repeat(m, lambda m=m: run_pytest(m["tests"], timeout, None, opts))
             finally:
                 with open(path, "wb") as f:
                     f.write(original)

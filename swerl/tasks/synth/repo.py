@@ -3,8 +3,9 @@
 A source distribution has no history, so it becomes one commit ("NAME VERSION, sdist");
 a git repository is cloned as it is (its history is what mining reads). The layout a
 test run needs (the import path, the test files, the source files to mutate) is read
-from the tree: ``src/`` layouts get ``src`` on the path, tests are ``test_*.py`` /
-``*_test.py`` files, sources are the other ``.py`` files of the package directories.
+from the tree: ``src/`` layouts get ``src`` on the path, tests are the files pytest's
+``python_files`` names (``test_*.py`` / ``*_test.py`` unless the repository's pytest config
+says otherwise), sources are the other ``.py`` files of the package directories.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swerl.errors import ConfigError
+from swerl.tasks.synth.pytest_config import find as find_pytest_config
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "swerl-synth",
@@ -58,6 +60,11 @@ class Repo:
     sources: list[str] = field(default_factory=list)
     """Non-test Python files of the package(s): what bug injection mutates."""
     version: str = ""
+    pytest_args: list[str] = field(default_factory=list)
+    """Options every test run adds after the repository's own pytest config (see
+    :mod:`swerl.tasks.synth.pytest_config`): in the probe and in each task's eval script."""
+    notes: list[str] = field(default_factory=list)
+    """What a report should say about how this repository's tests are run (options left out, ...)."""
 
     @property
     def slug(self) -> str:
@@ -164,18 +171,22 @@ def _commit_tree(path: Path, name: str, message: str) -> Repo:
 def _describe(path: Path, name: str) -> Repo:
     files = git(path, "ls-files", "-z").split("\0")
     py = [f for f in files if f.endswith(".py")]
-    tests = [f for f in py if _is_test(f)]
+    dirs = [f.rsplit("/", 1)[0] if "/" in f else "" for f in py if _is_test(f)]
+    cfg = find_pytest_config(path, os.path.commonpath(dirs) if dirs and all(dirs) else "")
+    tests = [f for f in py if cfg.is_test(f)]
     packages = {f.split("/")[0] for f in py if "/" in f and f.endswith("__init__.py")}
     src = any(f.startswith("src/") for f in py)
     sources = [
         f for f in py
-        if not _is_test(f) and not _is_test_support(f) and f not in ("setup.py", "conftest.py")
+        if not cfg.is_test(f) and not _is_test(f) and not _is_test_support(f) and f not in ("setup.py", "conftest.py")
         and (f.split("/")[0] in packages or (src and f.startswith("src/")) or "/" not in f)
     ]  # fmt: skip
     head = git(path, "rev-parse", "HEAD").strip()
+    notes = [f"{cfg.path}: addopts left out of every run: {' '.join(cfg.dropped)}"] if cfg.dropped else []
     return Repo(
-        name=name, path=path, head=head, pythonpath=["src"] if src else ["."], tests=tests, sources=sources
-    )
+        name=name, path=path, head=head, pythonpath=["src"] if src else ["."], tests=tests, sources=sources,
+        pytest_args=cfg.args(), notes=notes,
+    )  # fmt: skip
 
 
 def _is_test(path: str) -> bool:

@@ -28,8 +28,9 @@ PROBE = Path(__file__).with_name("probe.py")
 
 def run_job(
     image: str, job: dict[str, Any], timeout: float, backend: str = "docker", run_id: str | None = None
-) -> list[dict]:
-    """Run one probe job in a fresh sandbox of ``image`` (labelled ``run_id``); its results (see probe.py)."""
+) -> list[dict] | dict:
+    """Run one probe job in a fresh sandbox of ``image`` (labelled ``run_id``); its results (see probe.py),
+    or ``{"fatal": what pytest said, "exit": code}`` when pytest ran nothing (its config or a conftest)."""
     from swerl.sandbox import make_sandbox
 
     cfg = SandboxConfig(timeout=timeout, memory="3g", labels={"swerl.synth": "probe"})

@@ -29,7 +29,10 @@ WORKDIR = "/testbed"
 def test_command(repo: Repo) -> str:
     paths = [p for p in repo.pythonpath if p != "."]
     env = "PYTHONPATH=" + ":".join(f"{WORKDIR}/{p}" for p in paths) + " " if paths else ""
-    return env + PYTEST_COMMAND
+    extra = (
+        " " + shlex.join(repo.pytest_args) if repo.pytest_args else ""
+    )  # after the repo's config: they win
+    return env + PYTEST_COMMAND + extra
 
 
 def injected_eval_script(base_commit: str, files: list[str], command: str) -> str:

@@ -1,0 +1,160 @@
+"""Synthesis on repositories it was not tuned on: their own pytest config, test files that do not
+import in the image, suites pytest cannot start. Each cause seen on a real sdist, reproduced on a small
+local repository."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swerl.tasks.synth.pytest_config import find, split_addopts
+
+CALC = (
+    "def add(a, b):\n    return a + b\n\n\n"
+    "def clamp(x, lo, hi):\n    if x < lo:\n        return lo\n    if x > hi:\n        return hi\n    return x\n"
+)
+TESTS = (
+    "from tiny.calc import add, clamp\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+    "def test_clamp_high():\n    assert clamp(5, 0, 3) == 3\n\n\n"
+    "def test_clamp_low():\n    assert clamp(-1, 0, 3) == 0\n\n\n"
+    "def test_clamp_inside():\n    assert clamp(2, 0, 3) == 2\n"
+)
+BROKEN = (
+    "from tests import helpers  # an sdist that left tests/__init__.py out\n\n\ndef test_x():\n    pass\n"
+)
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_addopts_that_need_plugins_or_change_the_report_are_left_out():
+    """semver's --cov (no pytest-cov in the image: pytest refuses to start), python-slugify's
+    --color=yes (the summary words coloured: swebench's parser reads no line), -x (a no-patch run
+    stops before its PASS_TO_PASS): left out; what decides which tests run and how they import stays."""
+    kept, dropped = split_addopts(
+        ["--import-mode=importlib", "--no-cov-on-fail", "--cov=semver", "--cov", "src", "--color=yes", "-x",
+         "-n", "auto", "-p", "xdist", "-p", "no:randomly", "-ra", "-m", "not slow", "-Werror", "--tb=short",
+         "-o", "addopts=-q", "-o", "xfail_strict=true", "--doctest-modules", "-p", "pytester"]
+    )  # fmt: skip
+    assert kept == ["--import-mode=importlib", "-p", "no:randomly", "-m", "not slow", "-W", "error",
+                    "-o", "xfail_strict=true", "-p", "pytester"]  # fmt: skip
+    assert "--cov src" in dropped and "-n auto" in dropped and "--color=yes" in dropped and "-x" in dropped
+    assert "-o addopts=-q" in dropped and "-p xdist" in dropped
+
+
+def test_the_config_pytest_would_read_is_the_one_read(tmp_path):
+    """pytest's order: per directory pytest.ini, .pytest.ini, pyproject.toml (with its table),
+    tox.ini ([pytest]), setup.cfg ([tool:pytest]); the nearest directory to the tests first."""
+    _tree(tmp_path, {
+        "pyproject.toml": "[tool.black]\nline-length = 99\n",  # no pytest table: not pytest's config
+        "tox.ini": "[tox]\nenvlist = py3\n",
+        "setup.cfg": "[tool:pytest]\naddopts = --color=yes --import-mode=importlib\npython_files = check_*.py\n",
+    })  # fmt: skip
+    cfg = find(tmp_path)
+    assert cfg.path == "setup.cfg" and cfg.python_files == ("check_*.py",)
+    assert cfg.args() == ["-o", "addopts=--import-mode=importlib"] and cfg.dropped == ["--color=yes"]
+    assert cfg.is_test("pkg/check_it.py") and not cfg.is_test("pkg/test_it.py")
+    (tmp_path / ".pytest.ini").write_text("[pytest]\naddopts = -p no:warnings\n")  # wins; and nothing dropped
+    assert find(tmp_path).path == ".pytest.ini" and find(tmp_path).args() == []
+    _tree(tmp_path, {"tests/pytest.ini": ""})  # nearer the tests, and counts even when empty
+    assert find(tmp_path, "tests").path == "tests/pytest.ini" and find(tmp_path, "tests").ini == {}
+    (tmp_path / "tests" / "pytest.ini").write_text("[pytest\n")
+    from swerl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape("tests/pytest.ini: pytest's config file cannot be read")):
+        find(tmp_path, "tests")
+
+
+def test_the_probe_says_why_a_test_file_was_not_collected_and_what_stopped_pytest(tmp_path):
+    """In the sandbox's probe: a file that does not import is named with its error; an option
+    pytest refuses leaves its words, not an empty result read later as "no test passed"."""
+    from swerl.tasks.synth.runs import PROBE
+
+    _tree(tmp_path, {"tiny/__init__.py": "", "tiny/calc.py": CALC, "tests/test_calc.py": TESTS,
+                     "tests/test_broken.py": BROKEN})  # fmt: skip
+    job = {"root": str(tmp_path), "pythonpath": ["."], "timeout": 60, "kind": "baseline", "inproc": True,
+           "tests": ["tests/test_broken.py", "tests/test_calc.py"], "runs": 1,
+           "files": ["tests/test_broken.py", "tests/test_calc.py"],
+           "source_roots": [str(tmp_path / "tiny")], "baseline_timeout": 60}  # fmt: skip
+
+    def probe(job: dict) -> object:
+        (tmp_path / "job.json").write_text(json.dumps(job))
+        subprocess.run([sys.executable, "-B", str(PROBE), str(tmp_path / "job.json"), str(tmp_path / "out.json")],
+                       check=True, cwd=tmp_path, timeout=120)  # fmt: skip
+        return json.loads((tmp_path / "out.json").read_text())
+
+    (run,) = probe(job)
+    assert set(run["outcomes"]) == {f"tests/test_calc.py::{t}" for t in
+                                    ("test_add", "test_clamp_high", "test_clamp_low", "test_clamp_inside")}  # fmt: skip
+    assert list(run["uncollected"]) == ["tests/test_broken.py"]
+    assert (
+        "ImportError: cannot import name 'helpers' from 'tests'" in run["uncollected"]["tests/test_broken.py"]
+    )
+    out = probe(job | {"pytest_args": ["--no-such-plugin-option=1"]})
+    assert isinstance(out, dict) and out["exit"] == 4, out
+    assert "unrecognized arguments: --no-such-plugin-option=1" in out["fatal"]
+
+
+@pytest.mark.timeout(1200)
+def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp_path, docker_client):
+    """Three small repositories, each a cause seen on a real sdist: (1) a pytest config whose
+    addopts needs a plugin the image lacks and colours the report (semver, python-slugify), plus a
+    test file that does not import (jmespath's sdist): tasks validate, each eval script runs with
+    the addopts left out, swebench's own harness grades gold resolved and no patch unresolved, and
+    the report names the file it could not use; (2) no test file can be collected: an error naming
+    it and why; (3) a config pytest refuses outright (minversion): pytest's own words."""
+    from swerl.bench.grade import _remove_official_containers, official_grade
+    from swerl.bench.synth import NOOP
+    from swerl.tasks.sources import load_tasks
+    from swerl.tasks.synth import synthesize
+
+    base = {"tiny/__init__.py": "", "tiny/calc.py": CALC}
+    cfg = _tree(tmp_path / "cfg", {**base, "tests/test_calc.py": TESTS, "tests/test_broken.py": BROKEN,
+                                   "setup.cfg": "[tool:pytest]\naddopts = --color=yes -x --cov=tiny --cov-report term\n"})  # fmt: skip
+    dead = _tree(tmp_path / "dead", {**base, "tests/test_broken.py": BROKEN})
+    old = _tree(
+        tmp_path / "old", {**base, "tests/test_calc.py": TESTS, "pytest.ini": "[pytest]\nminversion = 99.0\n"}
+    )
+    report = synthesize([str(cfg), str(dead), str(old)], tmp_path / "suite", methods=("inject",), use_ray=False,
+                        workers=1, batch=8, per_function=2, workdir=tmp_path / "w")  # fmt: skip
+    r_cfg, r_dead, r_old = report.repos
+    insts = load_tasks(tmp_path / "suite" / "tasks.jsonl")
+    run_id = f"synth-robust-{tmp_path.name[-12:]}"
+    cwd = Path.cwd()
+    try:
+        assert not r_cfg.error and report.validated == len(insts) >= 2, report.to_dict()
+        assert any("addopts left out of every run: --color=yes -x --cov=tiny --cov-report term" in n
+                   for n in r_cfg.notes), r_cfg.notes  # fmt: skip
+        assert any("1 of 2 test files could not be collected" in n and "tests/test_broken.py: ImportError" in n
+                   for n in r_cfg.notes), r_cfg.notes  # fmt: skip
+        for inst in insts:
+            assert "-o addopts= " in inst.eval_script and inst.FAIL_TO_PASS, inst.eval_script
+            assert all(t.startswith("tests/test_calc.py::") for t in inst.FAIL_TO_PASS + inst.PASS_TO_PASS)
+        os.chdir(tmp_path)  # run_instance writes its logs under the cwd
+        inst = insts[0]
+        assert official_grade(inst, inst.patch, docker_client, run_id) == "resolved"
+        assert official_grade(inst, NOOP, docker_client, run_id + "e") == "unresolved"
+
+        assert "none of its 1 test files could be collected" in r_dead.error, r_dead.error
+        assert "tests/test_broken.py: ImportError: cannot import name 'helpers' from 'tests'" in r_dead.error
+        assert "pytest ran no test in the image (exit 4" in r_old.error, r_old.error
+        assert "minversion" in r_old.error and "requires pytest-99.0" in r_old.error, r_old.error
+    finally:
+        os.chdir(cwd)
+        for rid in (run_id, run_id + "e"):
+            with contextlib.suppress(Exception):
+                _remove_official_containers(docker_client, rid)
+        for inst in insts:
+            with contextlib.suppress(Exception):
+                docker_client.images.remove(inst.image, force=True)
