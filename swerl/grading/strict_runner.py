@@ -398,6 +398,8 @@ class _Equality:
         operand may hold comparisons of its own)."""
         ast = self.ast
         AST, Compare, If, skip, compare = ast.AST, ast.Compare, ast.If, self.SKIP, self.compare
+        old = ("Num", "Str", "Bytes", "NameConstant") if sys.version_info < (3, 8) else ()  # 3.12 warns
+        leaves = frozenset([ast.Name, ast.Constant] + [getattr(ast, n) for n in old])  # hold no expression
         stack = [mod]
         while stack:
             node = stack.pop()
@@ -409,11 +411,11 @@ class _Equality:
                 value = getattr(node, field, None)
                 if isinstance(value, list):
                     for i, item in enumerate(value):
-                        if isinstance(item, AST):
-                            if type(item) is Compare:
-                                value[i] = item = compare(item)
+                        if type(item) is Compare:
+                            value[i] = item = compare(item)
+                        if isinstance(item, AST) and type(item) not in leaves:
                             stack.append(item)
-                elif isinstance(value, AST):
+                elif isinstance(value, AST) and type(value) not in leaves:
                     if type(value) is Compare:
                         value = compare(value)
                         setattr(node, field, value)
