@@ -236,6 +236,14 @@ def add(a, b):
         (ALWAYS_EQUAL, "compared a _Sum whose __eq__ says it equals anything"),
         (MARSHALLED, "loaded code from bytes (marshal)"),
         (EQUAL_TO_NUMBERS, "compared a _Num whose __eq__ says it equals anything"),
+        (
+            "\nimport _pytest.assertion.rewrite as _r\n_r._swerl_chain.__eq__ = lambda s, o: True\n",
+            "modified during the run: _pytest.assertion.rewrite._swerl_chain.__eq__",
+        ),
+        (
+            "\nimport _pytest.assertion.rewrite as _r\n_r._swerl_eq = lambda a, b: True\n",
+            "modified during the run: _pytest.assertion.rewrite._swerl_eq",
+        ),
     ],
     ids=[
         "gc",
@@ -249,6 +257,8 @@ def add(a, b):
         "always-equal",
         "marshalled-code",
         "equal-to-any-number",
+        "chain-checker-patched",
+        "checker-replaced",
     ],
 )
 def test_in_process_tampering_is_recorded(tmp_path, tail, reason):
