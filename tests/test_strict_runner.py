@@ -367,10 +367,13 @@ def val(v):
 
 def test_a_comparison_asks_only_the_method_it_ran(tmp_path):
     """A test that compares with ``==`` is not refused for the class's ``__ne__`` (an honest
-    ``not self.__eq__(other)`` says False to a fresh object), nor a list of them."""
+    ``not self.__eq__(other)`` says False to a fresh object), nor a list of them; nor one that
+    compares with ``!=`` (its ``__eq__`` declines the fresh object)."""
     tests = (
         TESTS.replace("import add", "import add, val")
         + "\n\ndef test_val():\n    assert val(1) == val(1)\n    assert [val(2)] == [val(2)]\n"
+        + "    if val(3) != val(3):  # its __ne__ says False to a foreign object: not a claim\n"
+        + "        raise AssertionError\n"
     )
     v, _, proc = run_strict(tmp_path, FOREIGN_NE, tests)
     assert (set(v.tests.values()), v.refused) == ({"PASSED"}, []), (v.tests, v.refused, proc.stdout[-2000:])

@@ -242,6 +242,17 @@ def _truth(value, _kinds=BUILTIN):
     return bool(value) if type(value) in _kinds else None
 
 
+def _declines(cls, x, probe):
+    """Whether ``cls``'s ``__eq__`` declines ``probe`` (NotImplemented, or an error): then a
+    Python 2 style ``__ne__`` (``not self.__eq__(other)``) says False to it without claiming
+    anything. Asked only of a ``__ne__`` that said "equal"; a fresh value of the other side's
+    builtin type, which a builtin ``__eq__`` answers, still catches an ``__ne__`` equal to all."""
+    try:
+        return cls.__eq__(x, probe) is NotImplemented
+    except Exception:
+        return True
+
+
 COMPARED_BUDGET = 256
 """Values looked at per comparison that said "equal" (operands and their elements)."""
 
@@ -662,7 +673,7 @@ class Reporter:
                 said = fn(x, probe)
             except Exception:
                 continue
-            if _truth(said) is claims:
+            if _truth(said) is claims and not (name == "__ne__" and _declines(cls, x, probe)):
                 return "a " + cls.__name__ + " whose " + name + " says it equals anything (" + where + ")"
         return ""
 
