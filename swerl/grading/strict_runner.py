@@ -367,7 +367,8 @@ def _watch_equality(reporter):
 
     def rewrite_asserts(mod, *args, **kwargs):
         original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
-        path = next((a for a in args if isinstance(a, str)), kwargs.get("module_path"))  # source is bytes
+        paths = [a for a in args if isinstance(a, str) or hasattr(a, "__fspath__")]  # not the source (bytes)
+        path = str(paths[0]) if paths else kwargs.get("module_path")
         if path is None or ours(path):
             transform.module(mod)
             reporter.rewritten.add(str(path))  # the code's co_filename and the module's __file__
