@@ -9,6 +9,7 @@ other Rays on the machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 import yaml
 
 from swerl.cluster.local_ray import LocalRayCluster
+from swerl.errors import InfraError
 from swerl.rollout.episode import JsonlSink
 from swerl.sandbox.base import OWNER_LABEL, RUN_LABEL
 
@@ -154,8 +156,14 @@ def test_worker_node_dies_mid_run_then_rejoins(cluster, tmp_path, suite, docker_
         f"placement {summary['nodes']}, the retried ones took {max(e.timings['total'] for e in retried):.1f} s at most"
     )
 
-    # The node comes back (a new raylet, a new node id): new actors land on it again.
+    # The node comes back (a new raylet, a new node id): new actors land on it again. First the
+    # GCS marks the old node dead: until then Ray may still place actors on it, the window the
+    # next test covers (here the run started in it would pick between three nodes, not two).
     cluster.stop_node("worker")
+    deadline = time.monotonic() + 120
+    while ray_list(cluster, "nodes", f"node_id={failure['node_id']}")[0]["state"] != "DEAD":
+        assert time.monotonic() < deadline, "the GCS never marked the killed node dead"
+        time.sleep(1)
     cluster.add_node("worker")
     again = write_config(tmp_path, "mn-rejoin", task_ids=[t.instance_id for t in suite[:2]])
     try:
@@ -165,6 +173,71 @@ def test_worker_node_dies_mid_run_then_rejoins(cluster, tmp_path, suite, docker_
     rejoined = list(JsonlSink.read(tmp_path / "mn-rejoin" / "episodes.jsonl"))
     on_worker = {e.where["ray_node_id"] for e in rejoined if e.where["ray_node"] == "worker"}
     assert on_worker and failure["node_id"] not in on_worker
+
+
+def ray_list(cluster: LocalRayCluster, what: str, *filters: str) -> list[dict]:
+    """``ray list WHAT --detail`` from the cluster's state API, as a user's shell asks it."""
+    argv = [str(Path(sys.executable).parent / "ray"), "list", what, "--address", cluster.dashboard_url]
+    argv += ["--format", "json", "--detail", *(x for f in filters for x in ("--filter", f))]
+    r = subprocess.run(argv, env=driver_env(cluster), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return [] if r.stdout.startswith("No resource") else json.loads(r.stdout)
+
+
+def test_actors_being_created_on_a_dying_node_start_on_a_live_one(cluster, tmp_path, suite, docker_client):
+    """The window that failed the rejoin run, made on purpose. Until the GCS marks a dead node
+    dead (~15 s of missed health checks), Ray still places actors on it; those never run, and
+    die with the node. The worker's raylet is frozen (the GCS counts it alive, so SPREAD places
+    actors there), then killed once an actor is being created on it: the run must start that
+    actor on the head, finish every episode once, and record the node's death."""
+    four = suite[:4]
+    (worker,) = ray_list(cluster, "nodes", "node_name=worker", "state=ALIVE")
+    cfg = write_config(
+        tmp_path,
+        "mn-start",
+        task_ids=[t.instance_id for t in four],
+        rollout={"num_actors": 4, "envs_per_actor": 1, "placement": "spread"},
+    )
+    out = tmp_path / "mn-start"
+    try:
+        cluster.freeze_raylet("worker")
+        proc = rollout(cluster, cfg)
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, proc.stdout.read().decode(errors="replace")[-4000:]
+            assert time.monotonic() < deadline, "the run's actors were never placed"
+            # (a pending actor has no node in the state API: one up on the head while another
+            # is still pending means SPREAD has placed them, the pending ones on the frozen node)
+            states = Counter(a["state"] for a in ray_list(cluster, "actors", "class_name=EnvActorImpl"))
+            if states["ALIVE"] and states["PENDING_CREATION"]:
+                break
+            time.sleep(0.5)
+        killed_at = time.monotonic()
+        cluster.kill_raylet("worker")  # the node dies while actors are being created on it
+        log = finish(proc)
+        took = time.monotonic() - killed_at
+    finally:
+        reap_prefix(docker_client, "mn-start-")
+        with contextlib.suppress(InfraError):  # not frozen forever if the test failed before the kill
+            cluster.kill_raylet("worker")
+        cluster.stop_node("worker")
+        cluster.add_node("worker")  # the next tests get their two nodes back
+
+    episodes = list(JsonlSink.read(out / "episodes.jsonl"))
+    keys = Counter(e.key for e in episodes)
+    assert sorted(keys) == sorted((t.instance_id, 0) for t in four) and set(keys.values()) == {1}
+    assert {e.status for e in episodes} == {"resolved"}
+    assert {e.where["ray_node"] for e in episodes} == {"head"}
+    summary = json.loads((out / "summary.json").read_text())
+    (failure,) = summary["node_failures"]
+    assert failure["node_id"] == worker["node_id"] and failure["node"] == "worker"
+    assert failure["actors_replaced"] == summary["actors_replaced_node_died"] >= 1
+    assert failure["episodes_retried"] == summary["retried_node_died"] == 0  # none had been given one
+    assert "actor(s) being created on it started on other nodes" in log
+    print(
+        f"\ndeath during start: {summary['actors_replaced_node_died']} actor(s) replaced on the head, "
+        f"run done {took:.1f} s after the kill, placement {summary['nodes']}"
+    )
 
 
 # ----------------------------------------------------------------- Ray Jobs

@@ -177,6 +177,21 @@ def test_a_missing_image_is_reported_at_once_not_retried(ray_session, tasks):
     assert r.stats["retried"] == 0
 
 
+def test_an_actor_that_cannot_start_fails_the_start_at_once(ray_session, tasks):
+    """Only an actor that died with its node is started again (tests/test_multinode.py): one
+    whose own ``__init__`` fails (here its env's settings) fails the start at once, with the
+    cause, and nothing replaces it."""
+    r = RolloutRunner(tasks[:1], GoldPolicy(), num_actors=2, env_kwargs={"max_stepz": 5}, run_id="t-badstart")
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ray.exceptions.RayActorError, match="unknown SWEEnv limit") as e:
+            r.start()
+    finally:
+        r.close()
+    assert e.value.actor_init_failed and time.monotonic() - t0 < 60
+    assert r.stats["actors_died"] == 0 and r.stats["actors_replaced_node_died"] == 0 and not r.node_failures
+
+
 def test_replay_reissues_recorded_actions(ray_session, tasks):
     with RolloutRunner(tasks[:2], GoldPolicy(), num_actors=1, envs_per_actor=2) as r:
         recorded = r.run()

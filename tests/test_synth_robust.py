@@ -76,6 +76,44 @@ def test_the_config_pytest_would_read_is_the_one_read(tmp_path):
         find(tmp_path, "tests")
 
 
+def test_layouts_tests_and_imports_are_found_where_the_repository_keeps_them(tmp_path):
+    """A package under lib/ imports from lib (not the root); a unittest-era suite named test.py is
+    its tests; a src/ layout of plain modules imports from src."""
+    from swerl.tasks.synth.repo import prepare
+
+    lib = prepare(str(_tree(tmp_path / "a", {"lib/tiny/__init__.py": "", "lib/tiny/calc.py": CALC,
+                                             "lib/tiny/sub/__init__.py": "", "test.py": TESTS})), tmp_path / "w")  # fmt: skip
+    assert lib.pythonpath == ["lib"] and lib.tests == ["test.py"]
+    assert set(lib.sources) == {"lib/tiny/__init__.py", "lib/tiny/calc.py", "lib/tiny/sub/__init__.py"}
+    assert any("test files by name: test.py" in n for n in lib.notes), lib.notes
+    mods = prepare(
+        str(_tree(tmp_path / "b", {"src/calc.py": CALC, "tests/test_calc.py": TESTS})), tmp_path / "w"
+    )
+    assert (
+        mods.pythonpath == ["src"]
+        and mods.sources == ["src/calc.py"]
+        and mods.tests == ["tests/test_calc.py"]
+    )
+    flat = prepare(str(_tree(tmp_path / "c", {"tiny/__init__.py": "", "tiny/calc.py": CALC,
+                                              "tests/__init__.py": "", "tests/test_calc.py": TESTS})), tmp_path / "w")  # fmt: skip
+    assert flat.pythonpath == ["."] and flat.tests == ["tests/test_calc.py"] and flat.notes == []
+
+
+def test_a_repository_without_tests_or_sources_is_told_so_before_any_image(tmp_path):
+    """sortedcontainers' sdist ships no tests; a tree of tests only has nothing to mutate: each an
+    error naming what is missing, and nothing validated."""
+    from swerl.tasks.synth import synthesize
+
+    bare = _tree(tmp_path / "bare", {"tiny/__init__.py": "", "tiny/calc.py": CALC})
+    only = _tree(tmp_path / "only", {"tests/test_calc.py": TESTS})
+    report = synthesize([str(bare), str(only)], tmp_path / "out", methods=("inject",), use_ray=False,
+                        workdir=tmp_path / "w")  # fmt: skip
+    r_bare, r_only = report.repos
+    assert r_bare.error.startswith("no test files: none matches pytest's python_files"), r_bare.error
+    assert r_only.error.startswith("nothing to inject into: no source .py files"), r_only.error
+    assert report.validated == 0 and "repo_image" not in r_bare.seconds
+
+
 def test_the_probe_says_why_a_test_file_was_not_collected_and_what_stopped_pytest(tmp_path):
     """In the sandbox's probe: a file that does not import is named with its error; an option
     pytest refuses leaves its words, not an empty result read later as "no test passed"."""
@@ -108,12 +146,13 @@ def test_the_probe_says_why_a_test_file_was_not_collected_and_what_stopped_pytes
 
 @pytest.mark.timeout(1200)
 def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp_path, docker_client):
-    """Three small repositories, each a cause seen on a real sdist: (1) a pytest config whose
+    """Small repositories, each a cause seen on a real sdist: (1) a pytest config whose
     addopts needs a plugin the image lacks and colours the report (semver, python-slugify), plus a
     test file that does not import (jmespath's sdist): tasks validate, each eval script runs with
     the addopts left out, swebench's own harness grades gold resolved and no patch unresolved, and
     the report names the file it could not use; (2) no test file can be collected: an error naming
-    it and why; (3) a config pytest refuses outright (minversion): pytest's own words."""
+    it and why; (3) a config pytest refuses outright (minversion): pytest's own words; (4) a package
+    under lib/, tests in test.py, ids with spaces (jmespath's compliance cases): tasks, ids said."""
     from swerl.bench.grade import _remove_official_containers, official_grade
     from swerl.bench.synth import NOOP
     from swerl.tasks.sources import load_tasks
@@ -126,9 +165,15 @@ def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp
     old = _tree(
         tmp_path / "old", {**base, "tests/test_calc.py": TESTS, "pytest.ini": "[pytest]\nminversion = 99.0\n"}
     )
-    report = synthesize([str(cfg), str(dead), str(old)], tmp_path / "suite", methods=("inject",), use_ray=False,
+    needs = "\n\ndef test_needs_a_dependency():\n    import text_unidecode_not_here  # noqa: F401\n"
+    spaced = "import pytest\n\n\n@pytest.mark.parametrize('s', ['a b', 'c d'])\ndef test_spaced(s):\n    assert add(1, 1) == 2\n"
+    lib = _tree(
+        tmp_path / "lib",
+        {"lib/tiny/__init__.py": "", "lib/tiny/calc.py": CALC, "test.py": TESTS + spaced + needs},
+    )
+    report = synthesize([str(cfg), str(dead), str(old), str(lib)], tmp_path / "suite", methods=("inject",), use_ray=False,
                         workers=1, batch=8, per_function=2, workdir=tmp_path / "w")  # fmt: skip
-    r_cfg, r_dead, r_old = report.repos
+    r_cfg, r_dead, r_old, r_lib = report.repos
     insts = load_tasks(tmp_path / "suite" / "tasks.jsonl")
     run_id = f"synth-robust-{tmp_path.name[-12:]}"
     cwd = Path.cwd()
@@ -138,9 +183,23 @@ def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp
                    for n in r_cfg.notes), r_cfg.notes  # fmt: skip
         assert any("1 of 2 test files could not be collected" in n and "tests/test_broken.py: ImportError" in n
                    for n in r_cfg.notes), r_cfg.notes  # fmt: skip
-        for inst in insts:
+        for inst in (i for i in insts if i.repo == r_cfg.repo):
             assert "-o addopts= " in inst.eval_script and inst.FAIL_TO_PASS, inst.eval_script
             assert all(t.startswith("tests/test_calc.py::") for t in inst.FAIL_TO_PASS + inst.PASS_TO_PASS)
+        # lib/ layout, a suite named test.py, parametrized ids with spaces: tasks, and the ids said, not used
+        from_lib = [i for i in insts if i.repo == r_lib.repo]
+        assert not r_lib.error and from_lib, r_lib
+        assert all(
+            "PYTHONPATH=/testbed/lib " in i.eval_script and " test.py" in i.eval_script for i in from_lib
+        )
+        assert all("test_spaced" not in t for i in from_lib for t in i.FAIL_TO_PASS + i.PASS_TO_PASS)
+        assert any(n.startswith("2 passing tests not used: whitespace in their ids") for n in r_lib.notes), (
+            r_lib.notes
+        )
+        assert (
+            "1 tests fail in the image before any mutation (not used); most often: "
+            "ModuleNotFoundError: No module named 'text_unidecode_not_here' (1)" in r_lib.notes
+        ), r_lib.notes
         os.chdir(tmp_path)  # run_instance writes its logs under the cwd
         inst = insts[0]
         assert official_grade(inst, inst.patch, docker_client, run_id) == "resolved"
@@ -158,3 +217,48 @@ def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp
         for inst in insts:
             with contextlib.suppress(Exception):
                 docker_client.images.remove(inst.image, force=True)
+
+
+NESTED = """class Counter:
+    def __init__(self, start=0):
+        self.n = start
+
+    @property
+    def double(self):
+        return self.n * 2
+
+
+def make():
+    total = 0
+
+    def add(k):
+        nonlocal total
+        total += k
+        return total
+
+    return add
+"""
+
+
+def test_a_method_is_checked_alone_and_a_closure_with_its_function():
+    """Mutants of a method are checked on the method (under ``if 1:``), not its whole class; a
+    function using ``nonlocal`` still compiles with its enclosing one: both get mutants, each a
+    single-site edit inside its function, and the module still parses."""
+    import ast
+
+    from swerl.tasks.synth.mutate import mutants_of_source
+
+    ms = mutants_of_source("m.py", NESTED)
+    by_fn = {m.function for m in ms}
+    assert {"Counter.__init__", "Counter.double", "make"} <= by_fn, by_fn
+    for m in ms:
+        mutated = m.apply(NESTED)
+        assert ast.dump(ast.parse(mutated)) != ast.dump(ast.parse(NESTED)), m
+        changed = [
+            i
+            for i, (a, b) in enumerate(zip(NESTED.splitlines(), mutated.splitlines(), strict=False))
+            if a != b
+        ]
+        assert not changed or m.scope[0] - 1 <= changed[0] <= m.scope[1], m
+    # the closure's own edit (labelled with its enclosing function, whose body holds it)
+    assert any(m.operator == "flip_operator" and "total -= k" in m.new for m in ms)

@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         "stage_seconds": {r.repo: {k: round(v, 1) for k, v in r.seconds.items()} for r in report.repos},
         "rejected": {r.repo: r.rejected for r in report.repos},
         "errors": {r.repo: r.error for r in report.repos if r.error},
+        "notes": {r.repo: r.notes for r in report.repos if r.notes},
+        "examples": {r.repo: r.examples for r in report.repos if r.examples},
         "probe_seconds_per_run": round(probe_s / runs, 3) if runs else None,
         "fresh_container_seconds_per_run": round(statistics.median(fresh), 3) if fresh else None,
         "loadavg_start_end": [round(load0[0], 1), round(load1[0], 1)],
@@ -214,4 +216,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     for repo, err in data["errors"].items():
         print(f"  {repo}: ERROR {err}")
+    for repo, notes in data["notes"].items():
+        print("\n".join(f"  {repo}: note: {n}" for n in notes))
     return 0

@@ -150,6 +150,13 @@ class LocalRayCluster:
         os.kill(pid, signal.SIGKILL)
         return pid
 
+    def freeze_raylet(self, name: str) -> int:
+        """SIGSTOP the node's raylet, as a hung machine: the GCS counts it alive (and places work on
+        it) until its health checks time out. ``kill_raylet`` still ends it. Returns the pid."""
+        pid = self.nodes[name].raylet_pid()
+        os.kill(pid, signal.SIGSTOP)
+        return pid
+
     def stop_node(self, name: str, timeout: float = 20.0) -> None:
         """End one node's processes by pid: SIGTERM its ``ray start``, then SIGKILL what is left."""
         node = self.nodes.pop(name, None)

@@ -5,10 +5,15 @@ the GCS marks the node dead only after its health checks time out (~15 s by
 default). So the runner asks the node itself: a raylet whose port refuses or does
 not answer a connection is dead, and every episode its actors held is counted as
 retried because a node died; replacement actors are kept off that node.
+
+Until the GCS marks it dead, a dead node still takes new actors: one placed there never
+runs, so it never says where it runs, and it dies when the GCS gives up on the node. Its
+death message is then the only thing naming the node (``died_on``).
 """
 
 from __future__ import annotations
 
+import re
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +21,8 @@ from typing import Any
 import ray
 
 NODE_ID_LABEL = "ray.io/node-id"
+NODE_DIED = re.compile(r"its node has died\. Node Id: ([0-9a-f]{16,})")
+"""The GCS's wording when an actor dies with its node (Ray's ``GenNodeDiedCause``)."""
 
 
 @dataclass
@@ -28,6 +35,8 @@ class NodeFailure:
     detected_at: float
     """``time.time()`` when the runner found its raylet gone."""
     episodes_retried: int
+    actors_replaced: int = 0
+    """Actors that were being created on it when it died, started again on a live node."""
 
 
 def current_node() -> dict[str, str]:
@@ -51,6 +60,12 @@ def raylet_dead(node_id: str, timeout: float = 2.0) -> bool:
             return False
     except OSError:
         return True
+
+
+def died_on(error: BaseException) -> str | None:
+    """The id of the node an actor died with, as its death message names it (None: not a node death)."""
+    m = NODE_DIED.search(str(error))
+    return m.group(1) if m else None
 
 
 def avoiding(dead_nodes: set[str]) -> dict[str, Any]:

@@ -366,6 +366,7 @@ def cluster_summary(runner: RolloutRunner, new: list[Episode]) -> dict[str, Any]
         "nodes": dict(Counter(e.where.get("ray_node", "") for e in new)),
         "retried": runner.stats["retried"],
         "retried_node_died": runner.stats["retried_node_died"],
+        "actors_replaced_node_died": runner.stats["actors_replaced_node_died"],
         "node_failures": [dataclasses.asdict(f) for f in runner.node_failures],
     }
 
@@ -382,5 +383,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"run {summary.get('run_id', '?')} written to {summary['output_dir']}/episodes.jsonl and summary.json",
     ]
     for f in summary.get("node_failures", []):
-        lines.insert(-1, f"node {f['node']} died: {f['episodes_retried']} episode(s) retried on other nodes")
+        replaced = f.get("actors_replaced", 0)
+        also = f", {replaced} actor(s) being created on it started on other nodes" if replaced else ""
+        lines.insert(
+            -1,
+            f"node {f['node'] or f['node_id']} died: {f['episodes_retried']} episode(s) retried on other nodes{also}",
+        )
     return "\n".join(lines)

@@ -24,6 +24,7 @@ free slot with nothing to do takes another slot's reservation rather than idle.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -41,7 +42,7 @@ from swerl.episode import Episode, JsonlSink
 from swerl.errors import ConfigError, InfraError
 from swerl.policies.base import Decision, Policy, act_batch
 from swerl.rollout.actor import EnvActor
-from swerl.rollout.nodes import NodeFailure, avoiding, raylet_dead
+from swerl.rollout.nodes import NodeFailure, avoiding, died_on, node_info, raylet_dead
 from swerl.sandbox import reap
 from swerl.sandbox.base import default_run_id
 from swerl.tasks.instance import Instance
@@ -185,10 +186,11 @@ class RolloutRunner:
                 self._policy_ref = ray.put(self.policy)
 
     # ------------------------------------------------------------ actors
-    def _spawn_actor(self) -> None:
+    def _spawn_actor(self) -> str:
         self._spawned += 1
         if self._spawned > self.num_actors * 4:
-            raise InfraError(f"gave up: {self._spawned - 1} actors were started and too many died")
+            died = "".join(f"; node {f.node} ({f.node_id}) died" for f in self.node_failures)
+            raise InfraError(f"gave up: {self._spawned - 1} actors were started and too many died{died}")
         actor_id = f"{self.run_id}-a{self._spawned}"
         options: dict[str, Any] = {"num_cpus": self.actor_cpus, "max_concurrency": self.envs_per_actor + 4}
         if self.placement == "spread":
@@ -200,6 +202,7 @@ class RolloutRunner:
         self._actors[actor_id] = handle
         self._actor_where[actor_id] = handle.where.remote()
         self._free.extend(ActorSlot(actor_id, handle, i) for i in range(self.envs_per_actor))
+        return actor_id
 
     def start(self) -> RolloutRunner:
         if self._actors:
@@ -212,19 +215,41 @@ class RolloutRunner:
             self._snapshot_ref = ray.put(self.snapshot)
         for _ in range(self.num_actors):
             self._spawn_actor()
-        ray.get([h.ping.remote() for h in self._actors.values()])
+        self._first_contact()
         return self
 
-    def _actor_died(self, actor_id: str, why: BaseException) -> None:
+    def _first_contact(self) -> None:
+        """Wait until every actor answers. Ray places actors on a node that died until the GCS
+        marks it dead (~15 s): one that dies with its node before it ever ran is started again
+        on a live node (bounded, as every replacement is) and counted in ``node_failures``. Any
+        other death (its ``__init__`` raised, a node that is alive) is raised at once."""
+        pending = {h.ping.remote(): actor_id for actor_id, h in self._actors.items()}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            actor_id = pending.pop(ready[0])
+            try:
+                ray.get(ready[0])
+            except ray.exceptions.RayActorError as e:
+                node = None if e.actor_init_failed else self._dead_node(actor_id, e)
+                if node is None:
+                    raise
+                self._node_died(node, retried=0, replaced=1)
+                with contextlib.suppress(Exception):  # unreachable, maybe not yet dead: end it for good
+                    ray.kill(self._actors[actor_id], no_restart=True)
+                new = self._actor_died(actor_id, e)
+                pending[self._actors[new].ping.remote()] = new
+
+    def _actor_died(self, actor_id: str, why: BaseException) -> str | None:
+        """Forget the dead actor, reap its sandboxes, start another; the new actor's id."""
         if actor_id not in self._actors:
-            return
+            return None
         log.warning("actor %s died: %s; replacing it", actor_id, why)
         self.stats["actors_died"] += 1
         del self._actors[actor_id]
         self._free = deque(s for s in self._free if s.actor_id != actor_id)
         self._reap(actor_id)
         self._dead.append(actor_id)
-        self._spawn_actor()
+        return self._spawn_actor()
 
     def _reap(self, actor_id: str) -> None:
         try:
@@ -498,7 +523,7 @@ class RolloutRunner:
         for slot in [s for s in self._reserved if s.actor_id == dead]:  # its warm sandbox died with it
             queue.appendleft(self._reserved.pop(slot))
         if dead in self._actors:
-            self._check_node(dead, sum(r.work.retries < self.max_retries for r in victims))
+            self._check_node(dead, sum(r.work.retries < self.max_retries for r in victims), error)
         self._actor_died(dead, error)
         for r in victims:
             w = r.work
@@ -510,21 +535,36 @@ class RolloutRunner:
                             error=f"actor {dead} died: {error}", retries=w.retries)
                 )  # fmt: skip
 
-    def _check_node(self, actor_id: str, retried: int) -> None:
+    def _check_node(self, actor_id: str, retried: int, error: BaseException) -> None:
         """Did ``actor_id`` die with its node? Then count its episodes as node deaths, and avoid the node."""
+        node = self._dead_node(actor_id, error)
+        if node is not None:
+            log.warning("node %s (%s) died with actor %s: retrying %d episode(s) elsewhere",
+                        node["ray_node"], node["ray_node_id"], actor_id, retried)  # fmt: skip
+            self._node_died(node, retried=retried)
+
+    def _dead_node(self, actor_id: str, error: BaseException) -> dict[str, str] | None:
+        """The node ``actor_id`` died with, if its raylet is gone: where the actor said it runs,
+        or (it never ran) the node its death message names. None: its node is alive, or unknown."""
         try:
             node = ray.get(self._actor_where.pop(actor_id), timeout=0)
-        except ray.exceptions.RayError:  # it died before it said where it runs: nothing to blame
-            return
-        if not raylet_dead(node["ray_node_id"]):
-            return
-        log.warning("node %s (%s) died with actor %s: retrying %d episode(s) elsewhere",
-                    node["ray_node"], node["ray_node_id"], actor_id, retried)  # fmt: skip
+        except (KeyError, ray.exceptions.RayError):
+            node_id = died_on(error)
+            if node_id is None:
+                return None
+            node = {"ray_node_id": node_id, "ray_node": (node_info(node_id) or {}).get("NodeName", "")}
+        return node if raylet_dead(node["ray_node_id"]) else None
+
+    def _node_died(self, node: dict[str, str], retried: int = 0, replaced: int = 0) -> None:
+        """Record a dead node: ``retried`` episodes redone elsewhere, ``replaced`` actors started elsewhere."""
         self.stats["retried_node_died"] += retried
+        self.stats["actors_replaced_node_died"] += replaced
+        if replaced:
+            log.warning("node %s (%s) died while %d actor(s) were being created on it: starting them elsewhere",
+                        node["ray_node"], node["ray_node_id"], replaced)  # fmt: skip
         known = next((f for f in self.node_failures if f.node_id == node["ray_node_id"]), None)
-        if known:
-            known.episodes_retried += retried
-        else:
-            self.node_failures.append(
-                NodeFailure(node["ray_node_id"], node["ray_node"], time.time(), retried)
-            )
+        if known is None:
+            known = NodeFailure(node["ray_node_id"], node["ray_node"], time.time(), 0)
+            self.node_failures.append(known)
+        known.episodes_retried += retried
+        known.actors_replaced += replaced

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +53,10 @@ class Baseline:
     flaky: int = 0
     uncollected: dict[str, str] = field(default_factory=dict)
     """Test files pytest could not collect (an import that fails in the image), and why."""
+    spaced: int = 0
+    """Passing tests left out because their ids hold whitespace (swebench's log parser cuts them there)."""
+    broken: dict[str, int] = field(default_factory=dict)
+    """Tests failing before any mutation, by the first line of why (a module the image lacks, ...) -> count."""
 
 
 @dataclass
@@ -117,14 +121,22 @@ def baseline(repo: Repo, image: str, runs: int = 3, timeout: float = 900.0, use_
     passed = [{t for t, o in oc.items() if o == "passed"} for oc in outcomes]
     stable = set.intersection(*passed) if passed else set()
     flaky = len(set.union(*passed) - stable) if passed else 0
-    stable = {t for t in stable if not any(c.isspace() for c in t)}  # log parsers split on whitespace
+    broken = Counter(
+        (result[0].get("errors", {}).get(t) or o).splitlines()[0][:160]
+        for t, o in outcomes[0].items()
+        if o in ("failed", "error") and t not in uncollected
+    )
+    spaced = {t for t in stable if any(c.isspace() for c in t)}
+    stable -= spaced  # log parsers split on whitespace: such a test cannot be named in FAIL_TO_PASS
     calls: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for test, keys in result[0].get("calls", {}).items():
         if test in stable:
             for key in keys:
                 path, line = key.rsplit(":", 1)
                 calls[path].append((int(line), test))
-    return Baseline(stable, dict(calls), max(r["seconds"] for r in result), flaky, uncollected)
+    return Baseline(
+        stable, dict(calls), max(r["seconds"] for r in result), flaky, uncollected, len(spaced), dict(broken)
+    )
 
 
 def covering(m: Mutant, base: Baseline) -> list[str]:

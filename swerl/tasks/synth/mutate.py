@@ -154,19 +154,39 @@ REMOVABLE = (
 )
 
 
-def _functions(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str, ast.AST]]:
-    """(function, qualified name, top-level definition holding it) for every def, methods included."""
+def _functions(
+    tree: ast.Module,
+) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str, ast.AST, bool]]:
+    """(function, qualified name, top-level definition holding it, inside another function?) for every
+    def, methods included."""
 
-    def walk(node: ast.AST, prefix: str, top: ast.AST | None) -> Iterator:
+    def walk(node: ast.AST, prefix: str, top: ast.AST | None, in_fn: bool) -> Iterator:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 name = f"{prefix}{child.name}"
                 holder = top or child
-                if not isinstance(child, ast.ClassDef):
-                    yield child, name, holder
-                yield from walk(child, name + ".", holder)
+                is_fn = not isinstance(child, ast.ClassDef)
+                if is_fn:
+                    yield child, name, holder, in_fn
+                yield from walk(child, name + ".", holder, in_fn or is_fn)
 
-    yield from walk(tree, "", None)
+    yield from walk(tree, "", None, False)
+
+
+def _unit(fn: ast.AST, top: ast.AST, nested: bool, lines: list[str]) -> tuple[ast.AST, int, int, str]:
+    """What a mutant of ``fn`` is checked on: (node, first line, end line, prefix that makes its lines a module).
+
+    A method is checked alone (wrapped in ``if 1:``, its indentation kept), not with its whole class:
+    each check parses, compiles and dumps only what it may change, so a big class costs per method,
+    not per class (a 2,000-line class made every one of its mutants parse it all). A function inside
+    another function needs that function (its free variables), so it is checked with its top-level one.
+    """
+    first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)]) - 1  # type: ignore[attr-defined]
+    col = fn.col_offset  # type: ignore[attr-defined]
+    if fn is top or nested or lines[first][:col].strip():
+        s0 = min([top.lineno, *(d.lineno for d in getattr(top, "decorator_list", []))]) - 1  # type: ignore[attr-defined]
+        return top, s0, top.end_lineno or top.lineno, ""  # type: ignore[attr-defined]
+    return fn, first, fn.end_lineno or fn.lineno, "if 1:\n"  # type: ignore[attr-defined]
 
 
 def _own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
@@ -261,12 +281,12 @@ def mutants_of_source(path: str, source: str, rng: random.Random | None = None) 
     parents = _parents(tree)
     out: dict[str, Mutant] = {}
     originals: dict[int, str] = {}
-    for fn, qualname, top in _functions(tree):
+    for fn, qualname, top, nested in _functions(tree):
         scope = (top.lineno, top.end_lineno or top.lineno)  # type: ignore[attr-defined]
         if top.decorator_list:  # type: ignore[attr-defined]
             scope = (min(d.lineno for d in top.decorator_list), scope[1])  # type: ignore[attr-defined]
-        s0, s1 = scope[0] - 1, scope[1]
-        original = originals.setdefault(id(top), ast.dump(top))
+        unit, s0, s1, wrap = _unit(fn, top, nested, lines)
+        original = originals.setdefault(id(unit), ast.dump(unit))
         rewrites: list[Rewrite] = []
         for node in _own_nodes(fn):
             for op in OPERATORS.values():
@@ -306,20 +326,21 @@ def mutants_of_source(path: str, source: str, rng: random.Random | None = None) 
                 ways = _splice(lines, node, new)
             if not ways:
                 continue
-            expected = _expected(top, parents, node, new)
+            expected = _expected(unit, parents, node, new)
             if expected == original:
                 continue  # trivially equivalent: same program
             for lo, hi, text in ways:
                 m = Mutant(path, lo, hi, text, operator, qualname, scope, node.lineno)  # type: ignore[attr-defined]
-                # the top-level definition alone (it starts at column 0): cheap to parse and compile
-                segment = "".join(lines[s0:lo]) + text + "".join(lines[hi:s1])
+                # the unit alone (a top-level definition, or a method under `if 1:`): cheap to parse and compile
+                segment = wrap + "".join(lines[s0:lo]) + text + "".join(lines[hi:s1])
                 try:
                     seg_tree = ast.parse(segment)
                     compile(seg_tree, path, "exec")
                 except (SyntaxError, ValueError):
                     continue
+                body = seg_tree.body[0].body if wrap and len(seg_tree.body) == 1 else seg_tree.body  # type: ignore[attr-defined]
                 if (
-                    len(seg_tree.body) == 1 and ast.dump(seg_tree.body[0]) == expected
+                    len(seg_tree.body) == 1 and len(body) == 1 and ast.dump(body[0]) == expected
                 ):  # exactly the intended edit
                     out.setdefault(m.key, m)
                     break

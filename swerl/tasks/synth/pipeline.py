@@ -299,7 +299,12 @@ def _setup(
                 f"nothing to inject into: no source .py files outside the tests "
                 f"(packages are top-level directories with __init__.py, or src/); {len(repo.tests)} test files"
             )
-        if "inject" in methods and repo.sources:
+        if "inject" in methods and repo.sources and not repo.tests:  # before any image is built
+            rr.error = (
+                f"no test files: none matches pytest's python_files and none is named test.py/tests.py "
+                f"({len(repo.sources)} source files; an sdist may leave its tests out)"
+            )
+        if "inject" in methods and repo.sources and repo.tests:
             t1 = time.monotonic()
             src.repo_img = repo_image(repo, client)
             rr.seconds["repo_image"] = time.monotonic() - t1
@@ -317,6 +322,17 @@ def _setup(
                     "collected in the image (their tests are not used): "
                     + "; ".join(f"{k}: {v}" for k, v in sorted(base.uncollected.items())[:5])
                 )
+            if base is not None and base.broken:
+                top = sorted(base.broken.items(), key=lambda kv: -kv[1])[:3]
+                rr.notes.append(
+                    f"{sum(base.broken.values())} tests fail in the image before any mutation (not used); "
+                    "most often: " + "; ".join(f"{why} ({n})" for why, n in top)
+                )
+            if base is not None and base.spaced:
+                rr.notes.append(
+                    f"{base.spaced} passing tests not used: whitespace in their ids (parametrized with "
+                    "strings), which swebench's pytest log parser cuts at the first space"
+                )
             if base is not None and not base.stable:  # said, not silent: nothing to inject against
                 rr.error = (
                     f"baseline: no test passed in all runs ({base.flaky} flaky; {base.seconds:.0f} s per run)"
@@ -328,8 +344,10 @@ def _setup(
                         f"{Prober.max_fail_fraction:.0%} of them is rejected (most_tests_fail)"
                     )
                 src.prober = Prober(repo, src.repo_img, base, max_test_seconds=max_test_seconds)
+                t1 = time.monotonic()
                 src.items = pick(repo, base, per_function=per_function, max_candidates=max_candidates, seed=seed,
                                  stats=src.stats)  # fmt: skip
+                rr.seconds["mutants"] = time.monotonic() - t1  # parsing and checking every mutant: host CPU
                 rr.method_counts["inject"] = {"generated": src.stats.generated, "covered": src.stats.covered}
     except Exception as e:  # one repository's failure is reported, the others go on
         log.warning("synthesis from %s failed: %s", spec, e)

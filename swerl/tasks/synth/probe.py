@@ -359,7 +359,8 @@ def main() -> int:
     with open(job_path) as f:
         job = json.load(f)
     os.chdir(job["root"])
-    for p in reversed(job.get("pythonpath", [])):
+    # as `python3 -m pytest` from the root (the eval script's run) has it: the root, then PYTHONPATH's entries
+    for p in reversed(["."] + [p for p in job.get("pythonpath", []) if p != "."]):
         sys.path.insert(0, os.path.abspath(p))
     os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in job.get("pythonpath", []))
     timeout = float(job.get("timeout", 60))

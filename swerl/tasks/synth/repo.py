@@ -174,19 +174,38 @@ def _describe(path: Path, name: str) -> Repo:
     dirs = [f.rsplit("/", 1)[0] if "/" in f else "" for f in py if _is_test(f)]
     cfg = find_pytest_config(path, os.path.commonpath(dirs) if dirs and all(dirs) else "")
     tests = [f for f in py if cfg.is_test(f)]
+    notes = [f"{cfg.path}: addopts left out of every run: {' '.join(cfg.dropped)}"] if cfg.dropped else []
+    if not tests:  # unittest-era layouts: pytest collects a file it is given whatever its name
+        tests = [f for f in py if f.rsplit("/", 1)[-1] in ("test.py", "tests.py")]
+        if tests:
+            notes.append(
+                f"no file matches {' '.join(cfg.python_files)}; test files by name: {' '.join(tests[:5])}"
+            )
     packages = {f.split("/")[0] for f in py if "/" in f and f.endswith("__init__.py")}
     src = any(f.startswith("src/") for f in py)
     sources = [
         f for f in py
-        if not cfg.is_test(f) and not _is_test(f) and not _is_test_support(f) and f not in ("setup.py", "conftest.py")
+        if f not in tests and not cfg.is_test(f) and not _is_test(f) and not _is_test_support(f)
+        and f not in ("setup.py", "conftest.py")
         and (f.split("/")[0] in packages or (src and f.startswith("src/")) or "/" not in f)
     ]  # fmt: skip
     head = git(path, "rev-parse", "HEAD").strip()
-    notes = [f"{cfg.path}: addopts left out of every run: {' '.join(cfg.dropped)}"] if cfg.dropped else []
     return Repo(
-        name=name, path=path, head=head, pythonpath=["src"] if src else ["."], tests=tests, sources=sources,
+        name=name, path=path, head=head, pythonpath=_import_roots(sources, src), tests=tests, sources=sources,
         pytest_args=cfg.args(), notes=notes,
     )  # fmt: skip
+
+
+def _import_roots(sources: list[str], src: bool) -> list[str]:
+    """The directories a test run puts on ``sys.path`` so the sources import as their packages: the
+    parent of each top-level package (``src`` for a src layout, ``lib`` for ``lib/pkg/__init__.py``);
+    ``.`` when that is the root (a run from the root has it anyway)."""
+    inits = {f.rsplit("/", 1)[0] for f in sources if f.endswith("/__init__.py")}
+    parents = {d.rsplit("/", 1)[0] if "/" in d else "." for d in inits}
+    roots = {p for p in parents if p not in inits and p != "."}
+    if src and not roots:  # modules straight under src/
+        roots.add("src")
+    return sorted(roots) or ["."]
 
 
 def _is_test(path: str) -> bool:
