@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -17,6 +18,23 @@ def docker_client():
     from swerl.sandbox.docker import connect
 
     return connect()
+
+
+@pytest.fixture
+def remove_new_images(docker_client):
+    """Removes images the test made, and only those: a task image's name comes from its task
+    (a synthesized one's from its mutation), so a test can rebuild an image that a user's own
+    suite already holds, and removing it would break that suite."""
+    before = {tag for image in docker_client.images.list() for tag in image.tags}
+
+    def remove(names) -> None:
+        for name in names:
+            tagged = name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+            if tagged not in before:
+                with contextlib.suppress(Exception):
+                    docker_client.images.remove(name, force=True)
+
+    return remove
 
 
 @pytest.fixture(scope="session")

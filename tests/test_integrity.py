@@ -237,7 +237,9 @@ def suite_grades(suite, task_images, run_id):
     def run(job):
         rec, mode = job
         base = by_id[rec["instance_id"]]
-        inst = Instance.from_dict({**base.to_dict(), "eval_type": rec.get("eval_type", base.eval_type)})
+        # a record's own eval_type, or test patch and eval script (the task's tests written another way)
+        own = {k: rec[k] for k in ("eval_type", "test_patch", "eval_script") if k in rec}
+        inst = Instance.from_dict({**base.to_dict(), **own})
         return grade(inst, rec["patch"], sandbox_factory=factory, mode=mode)
 
     with ThreadPoolExecutor(6) as pool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -30,14 +31,24 @@ BUGGY = "def add(a, b):\n    return a - b\n"
 F2P, P2P = "tests/test_add.py::test_add", "tests/test_add.py::test_zero"
 
 
-def run_strict(tmp_path: Path, tail: str = "", tests: str = TESTS) -> tuple:
+def run_strict(tmp_path: Path, tail: str = "", tests: str = TESTS, warm: bool = False) -> tuple:
     """A repo whose ``add`` is wrong, ``tail`` appended to the changed package; the runner run
-    as the eval script's ``python -m pytest`` would be. Returns (verdict, key, process)."""
+    as the eval script's ``python -m pytest`` would be (``warm``: after an ordinary pytest run
+    left its rewritten test modules in the bytecode cache). Returns (verdict, key, process)."""
     repo, run = tmp_path / "repo", tmp_path / "run"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
     (repo / "pkg" / "__init__.py").write_text(BUGGY + tail)
     (repo / "tests" / "test_add.py").write_text(tests)
+    if warm:
+        plain = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "tests"],
+            cwd=repo,
+            env=plain,
+            timeout=300,
+        )
+        assert list((repo / "tests" / "__pycache__").glob("test_add.*pytest*.pyc"))
     (run / "base").mkdir(parents=True)
     shutil.copy(RUNNER_SOURCE, run / "run.py")
     key = secrets.token_hex(32)
@@ -73,6 +84,7 @@ def test_an_honest_run_is_signed_and_closed(tmp_path):
         proc.stdout[-2000:]
     )
     assert proc.returncode == 1
+    assert "assert -1 == 3" in proc.stdout  # pytest's own explanation of a failed comparison
 
 
 HUNT = """
@@ -224,6 +236,14 @@ def add(a, b):
         (ALWAYS_EQUAL, "compared a _Sum whose __eq__ says it equals anything"),
         (MARSHALLED, "loaded code from bytes (marshal)"),
         (EQUAL_TO_NUMBERS, "compared a _Num whose __eq__ says it equals anything"),
+        (
+            "\nimport _pytest.assertion.rewrite as _r\n_r._swerl_chain.__eq__ = lambda s, o: True\n",
+            "modified during the run: _pytest.assertion.rewrite._swerl_chain.__eq__",
+        ),
+        (
+            "\nimport _pytest.assertion.rewrite as _r\n_r._swerl_eq = lambda a, b: True\n",
+            "modified during the run: _pytest.assertion.rewrite._swerl_eq",
+        ),
     ],
     ids=[
         "gc",
@@ -237,6 +257,8 @@ def add(a, b):
         "always-equal",
         "marshalled-code",
         "equal-to-any-number",
+        "chain-checker-patched",
+        "checker-replaced",
     ],
 )
 def test_in_process_tampering_is_recorded(tmp_path, tail, reason):
@@ -345,10 +367,13 @@ def val(v):
 
 def test_a_comparison_asks_only_the_method_it_ran(tmp_path):
     """A test that compares with ``==`` is not refused for the class's ``__ne__`` (an honest
-    ``not self.__eq__(other)`` says False to a fresh object), nor a list of them."""
+    ``not self.__eq__(other)`` says False to a fresh object), nor a list of them; nor one that
+    compares with ``!=`` (its ``__eq__`` declines the fresh object)."""
     tests = (
         TESTS.replace("import add", "import add, val")
         + "\n\ndef test_val():\n    assert val(1) == val(1)\n    assert [val(2)] == [val(2)]\n"
+        + "    if val(3) != val(3):  # its __ne__ says False to a foreign object: not a claim\n"
+        + "        raise AssertionError\n"
     )
     v, _, proc = run_strict(tmp_path, FOREIGN_NE, tests)
     assert (set(v.tests.values()), v.refused) == ({"PASSED"}, []), (v.tests, v.refused, proc.stdout[-2000:])
@@ -419,3 +444,161 @@ def add(a, b):
 def test_ordinary_package_code_is_not_tampering(tmp_path):
     v, _, proc = run_strict(tmp_path, ORDINARY + HONEST_EQUALITY)
     assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
+
+
+ALWAYS_EQUAL_STR = """
+
+class _Sum(int):  # equal to whatever the test expects, unequal to nothing
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = int.__hash__
+
+
+_add = add
+
+
+def add(a, b):
+    return _Sum(_add(a, b))
+"""
+OUTSIDE_ASSERT = {  # the F2P test (add(1, 2) must be 3) compared without an ``assert`` of pytest's
+    "assert-true": "import unittest\n\nfrom pkg import add\n\n\nclass TestAdd(unittest.TestCase):\n"
+    "    def test_add(self):\n        self.assertTrue(add(1, 2) == 3)\n\n"
+    "    def test_zero(self):\n        self.assertTrue(add(0, 0) == 0)\n",
+    "if-ne-fail": "import pytest\n\nfrom pkg import add\n\n\ndef test_add():\n    if add(1, 2) != 3:\n"
+    '        pytest.fail("wrong sum")\n\n\ndef test_zero():\n    if add(0, 0) != 0:\n        pytest.fail("wrong sum")\n',
+    "in-a-helper": "from pkg import add\n\n\ndef _same(a, b):\n    return a == b\n\n\n"
+    "def test_add():\n    assert _same(add(1, 2), 3)\n\n\ndef test_zero():\n    assert _same(add(0, 0), 0)\n",
+    "in": "from pkg import add\n\n\ndef test_add():\n    assert add(1, 2) in (3, 33)\n\n\n"
+    "def test_zero():\n    assert add(0, 0) in [0]\n",
+    "or-in-assert": "from pkg import add\n\n\ndef test_add():\n    assert add(1, 2) is None or add(1, 2) == 3\n\n\n"
+    "def test_zero():\n    assert add(0, 0) is None or add(0, 0) == 0\n",
+    "dont-rewrite": '"""PYTEST_DONT_REWRITE"""\nfrom pkg import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n'
+    "def test_zero():\n    assert add(0, 0) == 0\n",
+    "chained": "from pkg import add\n\n\ndef test_add():\n    assert 3 == add(1, 2) == 3\n\n\n"
+    "def test_zero():\n    assert 0 <= add(0, 0) == 0\n",
+}
+
+
+@pytest.mark.parametrize("tests", list(OUTSIDE_ASSERT.values()), ids=list(OUTSIDE_ASSERT))
+def test_an_always_equal_value_is_refused_wherever_test_code_compares_it(tmp_path, tests):
+    """``assertTrue(a == b)``, ``if a != b: pytest.fail()``, a helper's ``==``, ``in`` and a
+    chain: no assert of pytest's compares there (its pass hook never saw them). The rewrite
+    cache that an ordinary pytest run left behind is not what runs (it has no checker)."""
+    v, _, proc = run_strict(tmp_path, ALWAYS_EQUAL_STR, tests, warm=True)
+    assert "FAILED" in v.tests.values(), (v.tests, proc.stdout[-2000:])
+    assert any(
+        re.search("compared a _Sum whose __(eq|ne)__ says it equals anything", r) for r in v.refused
+    ), (
+        v.refused,
+        proc.stdout[-2000:],
+    )
+
+
+HONEST_TESTS = """import unittest
+
+import pytest
+
+from pkg import add, everything_but, keys
+
+
+class TestAdd(unittest.TestCase):
+    def test_add(self):
+        self.assertTrue(add(1, 2) == 3)
+        self.assertTrue(add(1, 2) == "3")
+        self.assertFalse(add(1, 2) != 3)
+        self.assertIn(add(1, 2), [3])
+
+
+def test_zero():
+    if add(0, 0) != 0 or add(0, 0) != "0" or not add(0, 0) == 0:
+        pytest.fail("wrong sum")
+    assert add(0, 0) in (0, 1) and add(2, 2) not in (5,)
+    assert keys(1, 2) == keys(2, 1) and not keys(1) != keys(1)
+    assert 3 in everything_but(2) and object() in everything_but(2) and 2 not in everything_but(2)
+
+
+def test_chains_keep_python_semantics():
+    calls = []
+
+    def f(x):
+        calls.append(x)
+        return x
+
+    def boom():
+        raise AssertionError("a chain went on past a false link")
+
+    # outside an assert (pytest's rewrite of an assert evaluates every link of a chain)
+    same = f(1) == f(1) == f(1) < f(2) != f(3)
+    assert same is True and calls == [1, 1, 1, 2, 3]  # each operand once, left to right
+    stops = f(1) == f(2) == boom(), 0 < f(5) == 6 > boom()  # stops at the first false link
+    assert stops == (False, False)
+    held = 1 in [1] in [[1]], 2 not in [1] not in [[2]], 1 == 1 is not None  # ``is``: left as it is
+    assert held == (True, True, True)
+    assert [x == 1 for x in [1, 2]] == [True, False] and {1: 2} != {1: 3}
+    assert (f"{1 == 1}", lambda: 2 != 2) and (lambda a=1 == 1: a)() is True
+
+
+class TestInAClassBody:
+    SAME = 1 == 1
+
+    def test_class_level(self):
+        assert self.SAME is True
+"""
+
+
+COMPLEMENT = """
+
+class _Complement:  # holds whatever it does not exclude (boltons' complement sets)
+    def __init__(self, *excluded):
+        self.excluded = set(excluded)
+
+    def __contains__(self, item):
+        return item not in self.excluded
+
+
+def everything_but(*excluded):
+    return _Complement(*excluded)
+"""
+
+
+def test_honest_value_types_compared_anywhere_in_test_code_are_not_refused(tmp_path):
+    """A value type of the package's own with an honest ``==`` (equal to its number and its
+    text), compared in ``assertTrue``, ``if ... != ...``, ``in``, sets and chains, and a
+    container that holds all but what it excludes, stay clean; and the transformed comparisons
+    keep Python's semantics."""
+    tail = (
+        HONEST_EQUALITY.replace("_add = add\n", "").replace("_add(a, b)", "a + b")
+        + HONEST_NE.split("def add")[0]
+    )
+    tail += "\n\ndef keys(*vs):\n    return {_Key(v) for v in vs}\n" + COMPLEMENT
+    v, _, proc = run_strict(tmp_path, tail, HONEST_TESTS)
+    assert (set(v.tests.values()), len(v.tests), v.refused) == ({"PASSED"}, 4, []), (
+        v.tests,
+        v.refused,
+        proc.stdout[-3000:],
+    )
+
+
+REROUTE = """
+
+import sys as _sys
+
+for _name in ("tests.test_add", "test_add"):  # the test module, half imported: it imports this
+    _mod = _sys.modules.get(_name)
+    if _mod is not None:
+        for _k in [k for k in vars(_mod) if k.startswith("@")]:
+            if "eq" in _k:
+                setattr(_mod, _k, lambda a, b: True)
+"""
+
+
+def test_rebinding_a_test_modules_checker_is_refused(tmp_path):
+    v, _, proc = run_strict(tmp_path, REROUTE)
+    assert any("had its comparisons rerouted (@swerl_eq)" in r for r in v.refused), (
+        v.refused,
+        proc.stdout[-2000:],
+    )

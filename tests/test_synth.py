@@ -93,7 +93,9 @@ def test_a_stuck_call_costs_itself_not_the_run(use_ray, request):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # ~3 min on an idle 2-core box; a busy one takes several times that
-def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path, docker_client, monkeypatch):
+def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(
+    tmp_path, docker_client, monkeypatch, remove_new_images
+):
     """inflection's sdist (injection) and textkit's history (mining): a suite whose gold resolves
     and whose empty patch does not, in swerl and in swebench's run_instance."""
     from swerl.bench.grade import _remove_official_containers, official_grade
@@ -158,9 +160,7 @@ def test_synth_from_a_pypi_sdist_and_a_history_grades_like_the_harness(tmp_path,
         for rid in (run_id, run_id + "e"):
             with contextlib.suppress(Exception):
                 _remove_official_containers(docker_client, rid)
-        for image in images:
-            with contextlib.suppress(Exception):
-                docker_client.images.remove(image, force=True)
+        remove_new_images(images)
 
 
 TINY = {
@@ -214,7 +214,9 @@ def test_a_budget_must_be_positive(tmp_path):
 
 
 @pytest.mark.timeout(900)
-def test_no_candidate_starts_past_the_budget_and_within_it_tasks_validate(tiny_repo, tmp_path, docker_client):
+def test_no_candidate_starts_past_the_budget_and_within_it_tasks_validate(
+    tiny_repo, tmp_path, docker_client, remove_new_images
+):
     """A budget spent before the first batch probes nothing; a budget with room validates tasks
     (gold resolves, no patch fails exactly FAIL_TO_PASS, one container per check), each stamped
     with its validation time inside the budget."""
@@ -240,9 +242,7 @@ def test_no_candidate_starts_past_the_budget_and_within_it_tasks_validate(tiny_r
         for inst in insts[:2]:
             assert grade(inst, inst.patch, sandbox_factory=docker_factory(300)).status.value == "resolved"
     finally:
-        for inst in insts:
-            with contextlib.suppress(Exception):
-                docker_client.images.remove(inst.image, force=True)
+        remove_new_images(inst.image for inst in insts)
 
 
 def test_the_baseline_records_what_a_test_calls_from_its_threads(tmp_path):

@@ -145,7 +145,9 @@ def test_the_probe_says_why_a_test_file_was_not_collected_and_what_stopped_pytes
 
 
 @pytest.mark.timeout(1200)
-def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp_path, docker_client):
+def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(
+    tmp_path, docker_client, remove_new_images
+):
     """Small repositories, each a cause seen on a real sdist: (1) a pytest config whose
     addopts needs a plugin the image lacks and colours the report (semver, python-slugify), plus a
     test file that does not import (jmespath's sdist): tasks validate, each eval script runs with
@@ -217,9 +219,7 @@ def test_synthesis_runs_under_a_repos_own_config_and_says_what_it_cannot_use(tmp
         for rid in (run_id, run_id + "e"):
             with contextlib.suppress(Exception):
                 _remove_official_containers(docker_client, rid)
-        for inst in insts:
-            with contextlib.suppress(Exception):
-                docker_client.images.remove(inst.image, force=True)
+        remove_new_images(inst.image for inst in insts)
 
 
 NESTED = """class Counter:

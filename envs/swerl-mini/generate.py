@@ -32,6 +32,8 @@ from tasks import TASKS  # noqa: E402
 from swerl.tasks.eval_script import PYTEST_COMMAND, make_eval_script  # noqa: E402
 
 CREATED_AT = "2024-03-0{day}T12:00:00Z"
+RECORD_OVERRIDES = ("eval_type", "test_patch", "eval_script")
+"""Fields of an adversarial record that replace its task's (tests/test_integrity.py reads the same)."""
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "swerl",
     "GIT_AUTHOR_EMAIL": "swerl@localhost",
@@ -184,16 +186,24 @@ def build_adversarial(tmp: Path, specs: dict[str, dict]) -> list[dict]:
                 patch = escape_path(patch, e["escape"])
             patch += e.get("raw", "")
             rec = {"name": e["name"], "kind": kind, "instance_id": task, "note": e["note"], "patch": patch}
+            if "tests" in e:  # the task's tests, written another way: the record's own test patch
+                test_patch = edit_diff(tmp / "wt" / task, [*specs[task]["tests"], *e["tests"]])
+                base = git(tmp / "wt" / task, "rev-parse", "HEAD").strip()
+                rec |= {
+                    "test_patch": test_patch,
+                    "eval_script": make_eval_script(base, test_patch, PYTEST_COMMAND),
+                }
             out.append(rec | ({"eval_type": e["eval_type"]} if "eval_type" in e else {}))
     return out
 
 
 def adversarial_instance(records: dict, rec: dict):
-    """The task a record is graded on (its eval_type, when it names one)."""
+    """The task a record is graded on (its eval_type, test patch and eval script, when it has
+    its own)."""
     from swerl.tasks.instance import Instance
 
     base = records[rec["instance_id"]]
-    return Instance.from_dict({**base, "eval_type": rec.get("eval_type", base["eval_type"])})
+    return Instance.from_dict({**base, **{k: rec[k] for k in RECORD_OVERRIDES if k in rec}})
 
 
 def record_adversarial(records: list[dict], adversarial: list[dict]) -> None:

@@ -15,6 +15,7 @@ What the tested code can still do from inside this process is in the README
 ("What code inside the test process can still do").
 """
 
+import itertools
 import json
 import operator
 import os
@@ -230,39 +231,258 @@ def _probe(value):
             float: -1.2345e-300, complex: complex(-1.2345e-300, 7)}.get(kind)  # fmt: skip
 
 
+BUILTIN = frozenset((int, float, str, bytes, list, tuple, dict, set, frozenset, type(None)))
+
+
+def _truth(value, _kinds=BUILTIN):
+    """How ``if`` reads ``value`` when that reading runs no code of the value's own (bool, the
+    builtin scalars and containers); None for anything else (NotImplemented among them)."""
+    if value is True or value is False:
+        return value
+    return bool(value) if type(value) in _kinds else None
+
+
+def _declines(cls, x, probe):
+    """Whether ``cls``'s ``__eq__`` declines ``probe`` (NotImplemented, or an error): then a
+    Python 2 style ``__ne__`` (``not self.__eq__(other)``) says False to it without claiming
+    anything. Asked only of a ``__ne__`` that said "equal"; a fresh value of the other side's
+    builtin type, which a builtin ``__eq__`` answers, still catches an ``__ne__`` equal to all."""
+    try:
+        return cls.__eq__(x, probe) is NotImplemented
+    except Exception:
+        return True
+
+
 COMPARED_BUDGET = 256
-"""Values looked at per comparison of a passing assertion (operands and their elements)."""
+"""Values looked at per comparison that said "equal" (operands and their elements)."""
+
+PLAIN = frozenset((str, bytes, int, float, complex, bool, type(None)))
+"""Builtin types compared in C with no elements: a comparison of two of them needs no look."""
+
+CHECKERS = ("eq", "ne", "in", "not_in", "chain")
+"""The runner's comparison functions, each bound in every rewritten test module as ``@swerl_NAME``
+(from ``_pytest.assertion.rewrite._swerl_NAME``): a name no source can spell."""
 
 
-def _watch_comparisons(reporter):
-    """Route each passing assertion's comparison to ``reporter.compared`` (pytest calls
-    ``_call_reprcompare`` on a pass only when a ``pytest_assertion_pass`` hook exists); a
-    failing one keeps pytest's own explanation. Installed before the snapshot, so the
-    framework's copy is this one."""
+def _watch_equality(reporter):
+    """Every ``==``, ``!=``, ``in`` and ``not in`` in the modules pytest's assertion rewriter
+    loads (test modules, conftests, plugins it marks) becomes a call of the runner's checker,
+    which compares as Python would and shows ``reporter.compared`` the operands of each
+    comparison that says "equal": in an ``assert``, ``assertTrue(a == b)`` or
+    ``if a != b: pytest.fail()`` alike. Installed before the snapshot (the rewriter's
+    functions and the checkers are watched), with pytest's bytecode cache off (a cached module
+    would run without them), so no module it rewrites runs untransformed."""
+    import ast
+
     from _pytest.assertion import rewrite
 
-    original = rewrite._call_reprcompare
+    seen = reporter.compared
 
-    def _call_reprcompare(ops, results, expls, each_obj):
-        for res in results:
-            try:
-                if not res:
-                    return original(ops, results, expls, each_obj)
-            except Exception:
-                return original(ops, results, expls, each_obj)
-        reporter.compared(ops, each_obj)
-        return expls[-1] if expls else ""
+    def eq(a, b, _plain=PLAIN):
+        __tracebackhide__ = True  # pytest leaves this frame out of a failure's traceback
+        r = a == b
+        if r is not False and not (type(a) in _plain and type(b) in _plain):
+            seen(("==",), (a, b))
+        return r
 
-    rewrite._call_reprcompare = _call_reprcompare
-    reporter.pytest_assertion_pass = lambda item, lineno, orig, expl: None
+    def ne(a, b, _plain=PLAIN):
+        __tracebackhide__ = True
+        r = a != b
+        if r is not True and not (type(a) in _plain and type(b) in _plain):
+            seen(("!=",), (a, b))
+        return r
+
+    def in_(a, b, _plain=PLAIN):
+        __tracebackhide__ = True
+        r = a in b
+        if r and not (type(a) in _plain and type(b) in _plain):
+            seen(("in",), (a, b))
+        return r
+
+    def not_in(a, b, _plain=PLAIN):
+        __tracebackhide__ = True
+        r = a not in b
+        if not r and not (type(a) in _plain and type(b) in _plain):
+            seen(("in",), (a, b))
+        return r
+
+    class Operand:
+        """One operand of a chained comparison (``a == b == c``): Python still evaluates
+        each operand once, left to right, and stops at the first false link."""
+
+        __slots__ = ("v",)
+        __hash__ = None
+
+        def __init__(self, v):
+            self.v = v
+
+        def __eq__(self, other):
+            __tracebackhide__ = True
+            return eq(self.v, other.v)
+
+        def __ne__(self, other):
+            __tracebackhide__ = True
+            return ne(self.v, other.v)
+
+        def __lt__(self, other):
+            __tracebackhide__ = True
+            return self.v < other.v
+
+        def __le__(self, other):
+            __tracebackhide__ = True
+            return self.v <= other.v
+
+        def __gt__(self, other):
+            __tracebackhide__ = True
+            return self.v > other.v
+
+        def __ge__(self, other):
+            __tracebackhide__ = True
+            return self.v >= other.v
+
+        def __contains__(self, other):
+            __tracebackhide__ = True
+            return in_(other.v, self.v)
+
+    # named as the framework's own, so the snapshot reads its methods as it reads pytest's classes
+    Operand.__module__, Operand.__name__, Operand.__qualname__ = (
+        rewrite.__name__,
+        "_swerl_chain",
+        "_swerl_chain",
+    )
+    checkers = dict(zip(CHECKERS, (eq, ne, in_, not_in, Operand)))  # noqa: B905 (3.6 syntax)
+    for name, fn in checkers.items():
+        setattr(rewrite, "_swerl_" + name, fn)
+    reporter.checkers = {"@swerl_" + name: fn for name, fn in checkers.items()}
+    transform = _Equality(ast)
+    original, read_pyc, write_pyc = rewrite.rewrite_asserts, rewrite._read_pyc, rewrite._write_pyc
+    root = os.path.realpath(reporter.root)
+
+    def ours(path):
+        """Whether the module at ``path`` is transformed: any but an installed one (a plugin
+        pytest rewrites too) outside the repository."""
+        full = os.path.realpath(str(path))
+        installed = os.sep + "site-packages" + os.sep in full or os.sep + "dist-packages" + os.sep in full
+        return _inside(full, root) or not installed
+
+    def rewrite_asserts(mod, *args, **kwargs):
+        original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
+        paths = [a for a in args if isinstance(a, str) or hasattr(a, "__fspath__")]  # not the source (bytes)
+        path = str(paths[0]) if paths else kwargs.get("module_path")
+        if path is None or ours(path):
+            transform.module(mod)
+            reporter.rewritten.add(str(path))  # the code's co_filename and the module's __file__
+
+    def _read_pyc(source, pyc, *args, **kwargs):  # a transformed module is compiled every run
+        return None if ours(source) else read_pyc(source, pyc, *args, **kwargs)
+
+    def _write_pyc(state, co, *args, **kwargs):  # and leaves no cache an official run would read
+        return False if ours(co.co_filename) else write_pyc(state, co, *args, **kwargs)
+
+    rewrite.rewrite_asserts, rewrite._read_pyc, rewrite._write_pyc = rewrite_asserts, _read_pyc, _write_pyc
+
+
+class _Equality:
+    """The AST transform of :func:`_watch_equality`: one pass over the module (a loop over
+    each node's fields, no visitor dispatch: the tree pytest leaves is large), each comparison
+    that can say "equal" replaced by a call of the runner's checker."""
+
+    OPS = {"Eq": "@swerl_eq", "NotEq": "@swerl_ne", "In": "@swerl_in", "NotIn": "@swerl_not_in"}
+    SKIP = frozenset(("ctx", "ops"))  # fields that never hold a comparison
+
+    def __init__(self, ast):
+        self.ast = ast
+
+    def module(self, mod):
+        ast = self.ast
+        self.walk(mod)
+        names = [ast.alias(name="_swerl_" + n, asname="@swerl_" + n) for n in CHECKERS]
+        imp = ast.ImportFrom(module="_pytest.assertion.rewrite", names=names, level=0)
+        pos = 0  # after the docstring and ``from __future__`` imports, as pytest's own imports
+        for i, item in enumerate(mod.body):
+            if i == 0 and isinstance(item, ast.Expr) and _is_text(item.value):
+                pos = 1
+            elif isinstance(item, ast.ImportFrom) and item.level == 0 and item.module == "__future__":
+                pos = i + 1
+            else:
+                break
+        line = mod.body[pos].lineno if pos < len(mod.body) else 1
+        for node in [imp, *names]:
+            node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = line, 0, line, 0
+        mod.body.insert(pos, imp)  # no fix_missing_locations: pytest's own nodes carry no end line
+
+    def walk(self, mod):
+        """Replace every comparison under ``mod``; the replacement is walked in its turn (an
+        operand may hold comparisons of its own)."""
+        ast = self.ast
+        AST, Compare, If, skip, compare = ast.AST, ast.Compare, ast.If, self.SKIP, self.compare
+        old = ("Num", "Str", "Bytes", "NameConstant") if sys.version_info < (3, 8) else ()  # 3.12 warns
+        leaves = frozenset([ast.Name, ast.Constant] + [getattr(ast, n) for n in old])  # hold no expression
+        stack = [mod]
+        while stack:
+            node = stack.pop()
+            # pytest's code for an assert that failed explains it (the test fails anyway)
+            fields = ("orelse",) if type(node) is If and self.failed_assert(node) else node._fields
+            for field in fields:
+                if field in skip:
+                    continue
+                value = getattr(node, field, None)
+                if isinstance(value, list):
+                    for i, item in enumerate(value):
+                        if type(item) is Compare:
+                            value[i] = item = compare(item)
+                        if isinstance(item, AST) and type(item) not in leaves:
+                            stack.append(item)
+                elif isinstance(value, AST) and type(value) not in leaves:
+                    if type(value) is Compare:
+                        value = compare(value)
+                        setattr(node, field, value)
+                    stack.append(value)
+
+    def failed_assert(self, node):
+        """Whether ``node`` is ``if not @py_assertN: ...; raise``: the branch pytest's rewrite
+        runs once an assert failed (its message and explanation: the bulk of the rewritten
+        tree). An ``or``'s next operand is evaluated under ``if not @py_assertN:`` too, but
+        its body never ends in a ``raise``."""
+        ast, test = self.ast, node.test
+        return (
+            type(test) is ast.UnaryOp
+            and type(test.op) is ast.Not
+            and type(test.operand) is ast.Name
+            and test.operand.id.startswith("@py_assert")
+            and bool(node.body)
+            and type(node.body[-1]) is ast.Raise
+        )
+
+    def compare(self, node):
+        ast = self.ast
+        kinds = [type(op).__name__ for op in node.ops]
+        if not any(k in self.OPS for k in kinds):
+            return node
+        if len(kinds) == 1:
+            return self.call(self.OPS[kinds[0]], [node.left, node.comparators[0]], node)
+        if "Is" in kinds or "IsNot" in kinds:  # identity of a wrapped operand is not the operand's
+            return node
+        wrapped = [self.call("@swerl_chain", [e], e) for e in [node.left, *node.comparators]]
+        return ast.copy_location(ast.Compare(wrapped[0], node.ops, wrapped[1:]), node)
+
+    def call(self, name, args, where):
+        ast = self.ast
+        func = ast.copy_location(ast.Name(name, ast.Load()), where)
+        return ast.copy_location(ast.Call(func, args, []), where)
+
+
+def _is_text(node):
+    kind = type(node).__name__
+    return kind == "Str" or (kind == "Constant" and isinstance(node.value, str))
 
 
 def _watch_unittest(reporter):
-    """A ``TestCase``'s ``assertEqual`` / ``assertNotEqual`` that passed show the runner what they
-    compared, as a passing ``assert`` does (installed before the snapshot)."""
+    """A ``TestCase``'s ``assertEqual`` / ``assertNotEqual`` / ``assertIn`` that passed show the
+    runner what they compared, as a comparison in test code does (installed before the snapshot)."""
     import unittest
 
-    for name, op in (("assertEqual", "=="), ("assertNotEqual", "!=")):
+    for name, op in (("assertEqual", "=="), ("assertNotEqual", "!="), ("assertIn", "in")):
         _watch_assert(unittest.TestCase, name, op, reporter)
 
 
@@ -275,6 +495,11 @@ def _watch_assert(case, name, op, reporter):
 
     checked.__name__, checked.__doc__ = name, original.__doc__
     setattr(case, name, checked)
+
+
+def _namespace(mod):
+    names = getattr(mod, "__dict__", None)
+    return names if isinstance(names, dict) else {}
 
 
 def code_file(fn):
@@ -290,6 +515,8 @@ class Reporter:
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
         self.eq_code = {}  # (type, method name) -> (method, why) if the change made it, else None
+        self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
+        self.test_globals = {}  # id -> the globals of each test function run from such a file
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
         self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
@@ -362,22 +589,44 @@ class Reporter:
             return "an object no loaded module defines"
         return self._file_why(getattr(mod, "__file__", "") or "")
 
+    def rerouted(self, names):
+        """Why the globals ``names`` of a module the rewriter transformed no longer hold the
+        runner's comparison functions under their names ("" if they do)."""
+        bad = sorted(name for name, fn in self.checkers.items() if names.get(name) is not fn)
+        return "had its comparisons rerouted (" + ", ".join(bad) + ")" if bad else ""
+
+    def test_rerouted(self, fn):
+        """:meth:`rerouted` for the globals a test function runs with, if its code (whose file
+        name no code can change unseen) was compiled by the rewriter."""
+        fn = getattr(fn, "__func__", fn)
+        code = getattr(fn, "__code__", None)
+        if code is None or code.co_filename not in self.rewritten:
+            return ""
+        self.test_globals[id(fn.__globals__)] = fn.__globals__
+        return self.rerouted(fn.__globals__)
+
     def compared(self, ops, operands):
-        """An assertion that passed compared ``operands`` with ``ops``: an operand whose ``==`` or
-        ``!=`` is the change's code (or generated, or written during the run) must not say it
-        equals a value it has never seen (a fresh object, or a fresh value of the other side's
-        type): an object equal to everything passes every test and fixes nothing. Elements of
-        builtin containers are looked at too (a list's ``==`` asks its elements), up to
+        """A comparison in test code said "equal" (``==`` true, ``!=`` false, ``in`` true) of
+        ``operands``: an operand whose ``__eq__`` / ``__ne__`` is the change's code (or
+        generated, or written during the run) must not say it equals a value it has never seen (a fresh object, or a fresh value of the other side's type): an object
+        equal to everything passes every test and fixes nothing. Elements of builtin containers
+        are looked at too (a list's ``==`` and ``in`` ask its elements), up to
         :data:`COMPARED_BUDGET` values per comparison."""
         for i, op in enumerate(ops):
-            if op not in ("==", "!="):
+            a, b = operands[i], operands[i + 1]
+            if op == "in":  # a in b: a's ==, and b's elements' == (a container's own __contains__
+                # is not asked: a complement set honestly holds whatever it does not exclude)
+                why = self._anything_equal(a, None, "==")
+                if not why and type(b) in (list, tuple, set, frozenset, dict):
+                    why = self._anything_equal(list(itertools.islice(b, COMPARED_BUDGET)), None, "==")
+            elif op in ("==", "!="):
+                why = self._anything_equal(a, b, op) or self._anything_equal(b, a, op)
+            else:
                 continue
-            why = self._anything_equal(operands[i], operands[i + 1], op) or self._anything_equal(
-                operands[i + 1], operands[i], op
-            )
             if why:
                 self.raised.add(self.current)
-                self.tampered.append("test " + str(self.current) + " compared " + why)
+                where = "test " + str(self.current) if self.current else "code outside a test"
+                self.tampered.append(where + " compared " + why)
                 return
 
     def _anything_equal(self, value, other, op):
@@ -389,10 +638,12 @@ class Reporter:
         while todo and budget > 0:
             x, o, op = todo.pop()
             budget -= 1
+            kind = type(x)
+            if kind in PLAIN:  # compared in C, nothing inside
+                continue
             why = self._equal_to_anything(x, o, op)
             if why:
                 return why
-            kind = type(x)
             if kind in (list, tuple) and type(o) in (list, tuple):
                 todo.extend((a, b, "==") for a, b in zip(x[:budget], o[:budget]))  # noqa: B905 (3.6 syntax)
             elif kind is dict and type(o) is dict:
@@ -401,9 +652,11 @@ class Reporter:
                 todo.extend((v, None, "==") for v in list(x.values() if kind is dict else x)[:budget])
         return ""
 
+    CLAIMS = {"==": ("__eq__", True), "!=": ("__ne__", False)}
+
     def _equal_to_anything(self, x, other, op):
         cls = type(x)
-        name, claims = ("__eq__", True) if op == "==" else ("__ne__", False)
+        name, claims = self.CLAIMS[op]
         if (cls, name) not in self.eq_code:  # once per type and method: is it the change's code
             fn = getattr(cls, name, None)
             fn = getattr(fn, "__func__", fn)
@@ -421,7 +674,7 @@ class Reporter:
                 said = fn(x, probe)
             except Exception:
                 continue
-            if said is claims:
+            if _truth(said) is claims and not (name == "__ne__" and _declines(cls, x, probe)):
                 return "a " + cls.__name__ + " whose " + name + " says it equals anything (" + where + ")"
         return ""
 
@@ -471,6 +724,14 @@ class Reporter:
         changed = changed_since(self.seen, self._foreign, touched)
         if changed:
             self.tampered.append("the test framework was modified during the run: " + ", ".join(changed[:8]))
+        spaces = list(self.test_globals.values())  # and every module loaded from a rewritten file
+        spaces += [
+            d for d in map(_namespace, list(sys.modules.values())) if d.get("__file__") in self.rewritten
+        ]
+        for names in spaces:
+            why = self.rerouted(names)
+            if why:
+                self.tampered.append("test module " + str(names.get("__name__")) + " " + why)
         if config is None:
             return
         for name, impl in self.hookimpls(config):
@@ -666,6 +927,13 @@ def _wrap_call(reporter):
         why = why or _renamed(item)
         reporter.current = item.nodeid
         outcome = yield
+        try:
+            rerouted = reporter.test_rerouted(item.obj)
+        except Exception:  # items without a Python function (doctests, other plugins' items)
+            rerouted = ""
+        if rerouted:
+            reporter.raised.add(item.nodeid)
+            reporter.tampered.append("test " + item.nodeid + " ran in a module that " + rerouted)
         if outcome.excinfo is not None or why:
             reporter.raised.add(item.nodeid)
         if why:
@@ -840,9 +1108,7 @@ def main():
         for name in plugins:
             extra += ["-p", name]
     reporter = Reporter(Channel(pipe_w), None, changed, cwd)
-    if version >= (5, 0):  # the assertion pass hook (pytest 5.0+) shows what a passing assert compared
-        extra += ["-o", "enable_assertion_pass_hook=true"]
-        _watch_comparisons(reporter)
+    _watch_equality(reporter)  # every ==, !=, in of the test modules shows the runner what said "equal"
     _watch_unittest(reporter)  # imports unittest (watched; pytest imports it anyway)
 
     reporter.seen = snapshot(extra=(__name__,))
