@@ -235,6 +235,11 @@ def add(a, b):
         (BACKDATED, "modified during the run: _pytest.python.Function.runtest"),
         (ALWAYS_EQUAL, "compared a _Sum whose __eq__ says it equals anything"),
         (MARSHALLED, "loaded code from bytes (marshal)"),
+        (
+            "\nimport sys\n_add = add\n\n\ndef add(a, b):\n"
+            "    sys._getframe(1).f_globals['test_zero'].__defaults__ = ()\n    return _add(a, b)\n",
+            "replaced the __defaults__ of test_zero",
+        ),
         (EQUAL_TO_NUMBERS, "compared a _Num whose __eq__ says it equals anything"),
         (
             "\nimport _pytest.assertion.rewrite as _r\n_r._swerl_chain.__eq__ = lambda s, o: True\n",
@@ -256,6 +261,7 @@ def add(a, b):
         "backdated-module",
         "always-equal",
         "marshalled-code",
+        "test-defaults",
         "equal-to-any-number",
         "chain-checker-patched",
         "checker-replaced",
@@ -418,6 +424,22 @@ with warnings.catch_warnings():
     warnings.warn("old", DeprecationWarning, stacklevel=2)
 exec(compile("Z = 1", "<generated>", "exec"))
 inspect.stack()
+
+
+def _built(defaults):  # a function built from source and given its defaults (boltons' FunctionBuilder)
+    namespace = {}
+    exec(compile("def built(x, y): return x + y", "<pkg.built-0>", "exec"), namespace)
+    fn = namespace["built"]
+    fn.__defaults__ = defaults
+    return fn
+
+
+def _own(x=1):
+    return x
+
+
+_own.__defaults__ = (2,)  # the change's own function
+assert _built((1, 2))() == 3 and _own() == 2
 """
 
 

@@ -799,6 +799,9 @@ class Guard:
         reads."""
         self.installed = False
         self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
+        self.made = set()
+        """Names (``<...>``) of code the change's code compiled: a function built from them is
+        the change's own, whose body and defaults it may set (boltons' ``FunctionBuilder``)."""
 
     def _ours(self, filename):
         hit = self.cache.get(filename)
@@ -865,10 +868,18 @@ class Guard:
         elif event == "object.__setattr__":
             if args[1] not in ("__code__", "__defaults__", "__kwdefaults__", "__globals__"):
                 return
+            code = getattr(args[0], "__code__", None)
+            mine = getattr(code, "co_filename", None)
+            if isinstance(mine, str) and (mine in self.made or self._ours(mine)):
+                return  # a function of the change's own making: as if it had written it that way
             what = "replaced the " + args[1] + " of " + str(getattr(args[0], "__qualname__", args[0]))
         elif event in ("compile", "code.__new__"):
             filename = args[1]
-            if not isinstance(filename, str) or filename.startswith("<"):
+            if not isinstance(filename, str):
+                return
+            if filename.startswith("<"):
+                if self.culprit():
+                    self.made.add(filename)
                 return
             who = self.culprit()
             if who and not (event == "compile" and self._same_source(filename, args[0])):
