@@ -272,6 +272,46 @@ def test_in_process_tampering_is_recorded(tmp_path, tail, reason):
     assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
 
 
+DATACLASS_TESTS = """import dataclasses
+
+from pkg import add
+
+
+@dataclasses.dataclass
+class Expected:
+    value: int = 3
+
+
+def test_add():
+    assert add(1, 2) == Expected().value
+
+
+def test_zero():
+    assert add(0, 0) == 0
+"""
+EXPECTED_SWAP = """
+import sys
+
+exec("pass")  # compiles under <string>, the name every dataclass __init__ is compiled under
+_add = add
+
+
+def add(a, b):
+    sys._getframe(1).f_globals["Expected"].__init__.__defaults__ = (_add(a, b),)
+    return _add(a, b)
+"""
+
+
+def test_defaults_of_code_under_a_shared_name_are_not_the_changes_own(tmp_path):
+    """A function built from code the change compiled under a name of its own is the change's; one
+    compiled under a name others use too (``<string>``: the tests' dataclass) is not."""
+    v, _, proc = run_strict(tmp_path, EXPECTED_SWAP, tests=DATACLASS_TESTS)
+    assert any("replaced the __defaults__ of Expected.__init__" in r for r in v.refused), (
+        v.refused,
+        proc.stdout[-2000:],
+    )
+
+
 UNITTEST_TESTS = """import unittest
 
 from pkg import add

@@ -799,9 +799,11 @@ class Guard:
         reads."""
         self.installed = False
         self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
-        self.made = set()
-        """Names (``<...>``) of code the change's code compiled: a function built from them is
-        the change's own, whose body and defaults it may set (boltons' ``FunctionBuilder``)."""
+        self.made, self.shared = set(), set()
+        """Names (``<...>``) of code the change's code compiled, and of code other code compiled: a
+        function built from a name only the change used is the change's own, whose body and
+        defaults it may set (boltons' ``FunctionBuilder``); a shared name (``<string>``: every
+        ``exec`` of text, every dataclass ``__init__``) is nobody's."""
 
     def _ours(self, filename):
         hit = self.cache.get(filename)
@@ -870,7 +872,9 @@ class Guard:
                 return
             code = getattr(args[0], "__code__", None)
             mine = getattr(code, "co_filename", None)
-            if isinstance(mine, str) and (mine in self.made or self._ours(mine)):
+            if isinstance(mine, str) and (
+                (mine in self.made and mine not in self.shared) or self._ours(mine)
+            ):
                 return  # a function of the change's own making: as if it had written it that way
             what = "replaced the " + args[1] + " of " + str(getattr(args[0], "__qualname__", args[0]))
         elif event in ("compile", "code.__new__"):
@@ -878,8 +882,7 @@ class Guard:
             if not isinstance(filename, str):
                 return
             if filename.startswith("<"):
-                if self.culprit():
-                    self.made.add(filename)
+                (self.made if self.culprit() else self.shared).add(filename)
                 return
             who = self.culprit()
             if who and not (event == "compile" and self._same_source(filename, args[0])):
