@@ -23,6 +23,7 @@ import re
 import select
 import sys
 import time
+import types
 
 CONFIG_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 SECTIONS = {
@@ -595,6 +596,32 @@ class Reporter:
         bad = sorted(name for name, fn in self.checkers.items() if names.get(name) is not fn)
         return "had its comparisons rerouted (" + ", ".join(bad) + ")" if bad else ""
 
+    def copied(self, fn):
+        """Why ``fn`` is a copy the change's code made (of a test's code, or with a body or
+        defaults it set) rather than the function the test's file made ("" if it is not)."""
+        guard = getattr(self, "guard", None)
+        return guard.copy_why(fn) if guard is not None and guard.installed else ""
+
+    def copies_held(self, names):
+        """Why the globals ``names`` of a test module, or the attributes of a class among them,
+        hold a copy the change's code made under the name of the function it copies ("" if none):
+        a helper, fixture or test swapped for one before pytest read it."""
+        found = []
+        for name, value in list(names.items()):
+            places = [(name, value)]
+            if isinstance(value, type) and names.get("__name__") == getattr(value, "__module__", None):
+                places += [(name + "." + k, v) for k, v in list(vars(value).items())]
+            for where, fn in places:
+                fn = getattr(fn, "__func__", fn)
+                code = getattr(fn, "__code__", None)
+                if code is not None and code.co_name == where.split(".")[-1] and self.copied(fn):
+                    found.append(where)
+        return (
+            "holds a copy the change's code made under its name (" + ", ".join(found[:8]) + ")"
+            if found
+            else ""
+        )
+
     def test_rerouted(self, fn):
         """:meth:`rerouted` for the globals a test function runs with, if its code (whose file
         name no code can change unseen) was compiled by the rewriter."""
@@ -729,7 +756,7 @@ class Reporter:
             d for d in map(_namespace, list(sys.modules.values())) if d.get("__file__") in self.rewritten
         ]
         for names in spaces:
-            why = self.rerouted(names)
+            why = self.rerouted(names) or self.copies_held(names)
             if why:
                 self.tampered.append("test module " + str(names.get("__name__")) + " " + why)
         if config is None:
@@ -786,6 +813,7 @@ class Guard:
         "os.truncate",
         "os.symlink",
         "os.link",
+        "function.__new__",
     }
 
     def __init__(self, root, changed, protected, started):
@@ -799,11 +827,40 @@ class Guard:
         reads."""
         self.installed = False
         self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
+        self.copied, self.copies = {}, {}
+        """{id(code): (code, [functions with it], their ids)} for each code object the change's code
+        made a function from (``types.FunctionType``), the functions as they were when it first
+        did; and {id: function} of the copies whose body or defaults the change's code then set
+        (both kept alive: an id is an object's only while it lives)."""
         self.made, self.shared = set(), set()
         """Names (``<...>``) of code the change's code compiled, and of code other code compiled: a
         function built from a name only the change used is the change's own, whose body and
         defaults it may set (boltons' ``FunctionBuilder``); a shared name (``<string>``: every
         ``exec`` of text, every dataclass ``__init__``) is nobody's."""
+
+    def _mine(self, code):
+        """Whether ``code`` is the change's own: from a changed file, or compiled by the change's
+        code under a ``<...>`` name no other code compiled under."""
+        name = getattr(code, "co_filename", None)
+        return isinstance(name, str) and ((name in self.made and name not in self.shared) or self._ours(name))
+
+    def _copy(self, fn):
+        """Whether ``fn`` is a function the change's code made from another's code (a copy): one
+        whose body or defaults the change set before, or one with code the change's code made a
+        function from that did not exist when it first did. Everything else with that code (the
+        test itself, and whatever existed before) is not the change's, whatever it does to it."""
+        if id(fn) in self.copies:
+            return True
+        code = getattr(fn, "__code__", None)
+        return id(code) in self.copied and id(fn) not in self.copied[id(code)][2]
+
+    def copy_why(self, fn):
+        """Why ``fn`` (a test's function, or a test module's global under its own name) is not what
+        the test's file made: a copy the change's code made ("" if it is not)."""
+        fn = getattr(fn, "__func__", fn)
+        if not self._copy(fn):
+            return ""
+        return "a copy the change's code made of " + str(getattr(fn, "__qualname__", fn))
 
     def _ours(self, filename):
         hit = self.cache.get(filename)
@@ -870,13 +927,20 @@ class Guard:
         elif event == "object.__setattr__":
             if args[1] not in ("__code__", "__defaults__", "__kwdefaults__", "__globals__"):
                 return
-            code = getattr(args[0], "__code__", None)
-            mine = getattr(code, "co_filename", None)
-            if isinstance(mine, str) and (
-                (mine in self.made and mine not in self.shared) or self._ours(mine)
-            ):
+            if self._mine(getattr(args[0], "__code__", None)):
                 return  # a function of the change's own making: as if it had written it that way
+            if self._copy(args[0]):  # a copy the change's code made (boltons' copy_function)
+                self.copies[id(args[0])] = args[0]
+                return
             what = "replaced the " + args[1] + " of " + str(getattr(args[0], "__qualname__", args[0]))
+        elif event == "function.__new__":  # types.FunctionType(code, ...): before the function exists
+            code = args[0]
+            if id(code) not in self.copied and not self._mine(code) and self.culprit():
+                import gc
+
+                before = [f for f in gc.get_referrers(code) if type(f) is types.FunctionType]
+                self.copied[id(code)] = (code, before, set(map(id, before)))
+            return
         elif event in ("compile", "code.__new__"):
             filename = args[1]
             if not isinstance(filename, str):
@@ -938,7 +1002,7 @@ def _wrap_call(reporter):
             why = ""
         if "runtest" in getattr(item, "__dict__", {}):  # pytest never sets it; the class's is watched
             why = why or "a runtest set on the item itself"
-        why = why or _renamed(item)
+        why = why or _renamed(item) or reporter.copied(getattr(item, "obj", None))
         reporter.current = item.nodeid
         outcome = yield
         try:
