@@ -728,6 +728,21 @@ def cases():
 TEST_SWAP_TESTS = SWAP_TESTS.replace(" == expected()", "")
 TEST_COPY = 'g["test_add"] = types.FunctionType(g["test_add"].__code__, g, "test_add", (add(1, 2),))'
 HELPER_COPY = 'g["expected"] = types.FunctionType(g["expected"].__code__, g, "expected", (add(1, 2),))'
+EARLY_COPY = """
+import sys
+import types
+
+_f = sys._getframe(1)
+while not _f.f_code.co_filename.endswith("test_add.py"):  # the test module, importing the package
+    _f = _f.f_back
+_code = [c for c in _f.f_code.co_consts if getattr(c, "co_name", "") == "test_add"][0]
+_copy = types.FunctionType(_code, {})  # before the test's own function exists
+
+
+def cases():
+    sys._getframe(1).f_globals["test_add"].__defaults__ = (add(1, 2),)
+    return []
+"""
 ITEM_SWAP_TESTS = """from pkg import add
 
 
@@ -779,6 +794,7 @@ def add(a, b):  # while test_zero runs: test_add's item gets a copy with the def
             "was replaced by a copy the change's code made of test_add",
         ),
         (ITEM_SWAP, ITEM_SWAP_TESTS, "test tests/test_add.py::test_add was replaced by a copy"),
+        (EARLY_COPY, TEST_SWAP_TESTS, "or one made after it first copied that code"),
     ],
     ids=[
         "test-copy-in-globals",
@@ -786,6 +802,7 @@ def add(a, b):  # while test_zero runs: test_add's item gets a copy with the def
         "helper-copy",
         "test-copy-given-defaults",
         "item-obj",
+        "test-given-defaults-after-an-early-copy",
     ],
 )
 def test_a_copy_put_in_a_tests_place_is_refused(tmp_path, tail, tests, reason):

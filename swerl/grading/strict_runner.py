@@ -860,7 +860,11 @@ class Guard:
         fn = getattr(fn, "__func__", fn)
         if not self._copy(fn):
             return ""
-        return "a copy the change's code made of " + str(getattr(fn, "__qualname__", fn))
+        return (
+            "a copy the change's code made of "
+            + str(getattr(fn, "__qualname__", fn))
+            + " (or one made after it first copied that code)"
+        )
 
     def _ours(self, filename):
         hit = self.cache.get(filename)
