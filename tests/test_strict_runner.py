@@ -810,3 +810,172 @@ def test_a_copy_put_in_a_tests_place_is_refused(tmp_path, tail, tests, reason):
     name for the function it copies, or as the function pytest calls for a test, it is a swap."""
     v, _, proc = run_strict(tmp_path, tail, tests=tests)
     assert v.closed == 1 and any(reason in r for r in v.refused), (v.tests, v.refused, proc.stdout[-2000:])
+
+
+# The issue's test expects an exception (``pytest.raises``): package code hands the test module
+# something else under the name it imported, so the ``with`` block expects nothing.
+NO_RAISE = """
+import builtins as _b, sys as _s
+
+
+class _NoRaise:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return True
+
+
+class _Pytest:
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def raises(self, *a, **k):
+        return _NoRaise()
+
+
+def _tests_globals():  # the importing test module's namespace, found through the frames
+    f = _s._getframe(1)
+    while f is not None:
+        if "tests" in str(f.f_globals.get("__file__", "")):
+            yield f.f_globals
+        f = f.f_back
+"""
+RAISES_TESTS = {
+    "local-import": "from pkg import add\n\n\ndef test_add():\n    import pytest\n\n"
+    "    with pytest.raises(ValueError):\n        add(1, 2)\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n",
+    "top-import": "import pytest\n\nfrom pkg import add\n\n\ndef test_add():\n"
+    "    with pytest.raises(ValueError):\n        add(1, 2)\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n",
+    "from-import": "from pytest import raises\n\nfrom pkg import add\n\n\ndef test_add():\n"
+    "    with raises(ValueError):\n        add(1, 2)\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n",
+    "helper": "from pkg import add\n\n\ndef check(value, want):\n    assert value == want\n\n\n"
+    "def test_add():\n    value = add(1, 2)\n    check(value, 3)\n\n\n"
+    "def test_zero():\n    assert add(0, 0) == 0\n",
+}
+REBINDING = {
+    "import-hook": (
+        NO_RAISE
+        + "\n_real = _b.__import__\n\n\ndef _import(name, globals=None, locals=None, fromlist=(), level=0):\n"
+        "    mod = _real(name, globals, locals, fromlist, level)\n"
+        '    return _Pytest(mod) if name == "pytest" and "tests" in str((globals or {}).get("__file__")) else mod\n\n\n'
+        "_b.__import__ = _import\n",
+        "local-import",
+        "the test framework was modified during the run: builtins.__import__",
+    ),
+    "module-name": (
+        NO_RAISE + "\nfor _g in _tests_globals():\n    _g['pytest'] = _Pytest(_g['pytest'])\n",
+        "top-import",
+        "no longer holds what its own statements bound: pytest",
+    ),
+    "magicmock": (  # an object of an installed file (unittest.mock): whose code it is does not matter
+        NO_RAISE
+        + "\nimport unittest.mock\n\nfor _g in _tests_globals():\n    _g['pytest'] = unittest.mock.MagicMock()\n",
+        "top-import",
+        "no longer holds what its own statements bound: pytest",
+    ),
+    "from-name": (
+        NO_RAISE + "\nfor _g in _tests_globals():\n    _g['raises'] = _Pytest(None).raises\n",
+        "from-import",
+        "no longer holds what its own statements bound: raises",
+    ),
+    "helper-def": (  # rebound by the code under test when the test calls it
+        NO_RAISE + "\n_add = add\n\n\ndef add(a, b):\n    for g in _tests_globals():\n"
+        "        g['check'] = lambda *a: None\n    return _add(a, b)\n",
+        "helper",
+        "no longer holds what its own statements bound: check",
+    ),
+    "test-builtins": (  # the test module's own builtins (its functions read them), not the interpreter's
+        NO_RAISE + "\n\ndef _import(name, *args, **kwargs):\n    mod = __import__(name, *args, **kwargs)\n"
+        "    return _Pytest(mod) if name == 'pytest' else mod\n\n\n"
+        "for _g in _tests_globals():\n    _g['__builtins__'] = dict(vars(_b), __import__=_import)\n",
+        "local-import",
+        "no longer holds what its own statements bound: __builtins__",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REBINDING), ids=list(REBINDING))
+def test_names_the_test_code_reads_cannot_be_rebound_by_the_change(tmp_path, case):
+    """Each attack passes the F2P test without fixing anything (official reading: passed);
+    strict mode reads the names the test module bound as they were bound, and the builtins."""
+    tail, tests, reason = REBINDING[case]
+    v, _, proc = run_strict(tmp_path, tail, RAISES_TESTS[tests])
+    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+# Test modules that bind and rebind their own names the ordinary ways, and package code that
+# touches builtins and frames honestly: nothing to refuse.
+HONEST_BINDINGS = '''"""Docstring first."""
+from __future__ import annotations
+
+import functools
+import sys
+from sys import stdout  # pytest's capture swaps sys.stdout: the module keeps what it imported
+
+import pytest
+
+try:
+    import simplejson as json
+except ImportError:
+    import json
+
+if sys.version_info >= (3, 0):
+    from os import path as ospath
+else:
+    ospath = None
+
+from pkg import add
+
+CALLS = []
+
+
+@functools.lru_cache(maxsize=None)
+def cached(x):
+    return x
+
+
+def helper(x):
+    return x
+
+
+def helper(x):  # a second def of the same name (the later one wins)
+    return x + 0
+
+
+class Box:
+    pass
+
+
+def test_add(monkeypatch):
+    global CALLS
+    CALLS = [1]
+    monkeypatch.setattr(sys.modules[__name__], "helper", lambda x: x)  # undone at teardown
+    assert add(1, 2) == 3 and helper(1) == 1 and cached(2) == 2 and Box and json and ospath and stdout
+
+
+def test_zero():
+    import pytest as again
+
+    assert again is pytest
+    assert add(0, 0) == 0
+'''
+HONEST_PACKAGE = """
+import builtins as _b
+import gettext as _gettext
+import inspect as _inspect
+import sys as _s
+
+_gettext.install("pkg")  # a new builtin (_), as applications do
+_b.pkg_debug_level = 0
+_caller = _inspect.stack()[1].filename  # frames and sources of the importer, read only
+_importer = _s._getframe(1).f_globals.get("__name__")
+"""
+
+
+def test_names_rebound_the_ordinary_ways_are_not_refused(tmp_path):
+    v, _, proc = run_strict(tmp_path, HONEST_PACKAGE, HONEST_BINDINGS)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
