@@ -31,15 +31,21 @@ BUGGY = "def add(a, b):\n    return a - b\n"
 F2P, P2P = "tests/test_add.py::test_add", "tests/test_add.py::test_zero"
 
 
-def run_strict(tmp_path: Path, tail: str = "", tests: str = TESTS, warm: bool = False) -> tuple:
-    """A repo whose ``add`` is wrong, ``tail`` appended to the changed package; the runner run
-    as the eval script's ``python -m pytest`` would be (``warm``: after an ordinary pytest run
-    left its rewritten test modules in the bytecode cache). Returns (verdict, key, process)."""
+def run_strict(
+    tmp_path: Path, tail: str = "", tests: str = TESTS, warm: bool = False, files: dict | None = None
+) -> tuple:
+    """A repo whose ``add`` is wrong, ``tail`` appended to the changed package (and ``files``
+    of the base, {path: text}); the runner run as the eval script's ``python -m pytest`` would
+    be (``warm``: after an ordinary pytest run left its rewritten test modules in the bytecode
+    cache). Returns (verdict, key, process)."""
     repo, run = tmp_path / "repo", tmp_path / "run"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
     (repo / "pkg" / "__init__.py").write_text(BUGGY + tail)
     (repo / "tests" / "test_add.py").write_text(tests)
+    for path, text in (files or {}).items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
     if warm:
         plain = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         subprocess.run(
@@ -979,3 +985,48 @@ _importer = _s._getframe(1).f_globals.get("__name__")
 def test_names_rebound_the_ordinary_ways_are_not_refused(tmp_path):
     v, _, proc = run_strict(tmp_path, HONEST_PACKAGE, HONEST_BINDINGS)
     assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
+
+
+# The issue's test compares with what a data file of the tests holds (a golden file); package
+# code writes its own output into that file during the run.
+GOLDEN_TESTS = """import os
+
+from pkg import add
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_add():
+    with open(os.path.join(HERE, "data", "sums.txt")) as f:
+        assert str(add(1, 2)) == f.read().strip()
+
+
+def test_zero():
+    assert add(0, 0) == 0
+"""
+GOLDEN = {
+    "rewrite": "\nimport os as _os\n\n_p = _os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt')\n"
+    "with open(_p, 'w') as _f:\n    _f.write(str(add(1, 2)))\n",
+    "replace": "\nimport os as _os, tempfile as _t\n\n_p = _os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt')\n"
+    "_fd, _new = _t.mkstemp(dir=_os.path.dirname(_p))\n_os.write(_fd, str(add(1, 2)).encode())\n"
+    "_os.close(_fd)\n_os.replace(_new, _p)\n",
+}
+
+
+@pytest.mark.parametrize("how", list(GOLDEN), ids=list(GOLDEN))
+def test_a_data_file_of_the_tests_cannot_be_rewritten_by_the_change(tmp_path, how):
+    v, _, proc = run_strict(tmp_path, GOLDEN[how], GOLDEN_TESTS, files={"tests/data/sums.txt": "3\n"})
+    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert any("tests/data/sums.txt" in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+def test_files_the_change_makes_under_the_tests_are_not_refused(tmp_path):
+    """New files (a test's output, a cache) written by the package under the test directory are
+    its own; only the files the tests had before the run are theirs."""
+    tail = (
+        "\nimport os as _os\n\n_d = _os.path.join(_os.getcwd(), 'tests', 'out')\n_os.makedirs(_d, exist_ok=True)\n"
+        "with open(_os.path.join(_d, 'log.txt'), 'w') as _f:\n    _f.write('ok')\n"
+        "with open(_os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt')) as _f:\n    _f.read()\n"
+    )
+    v, _, proc = run_strict(tmp_path, tail, GOLDEN_TESTS, files={"tests/data/sums.txt": "-1\n"})
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]

@@ -941,8 +941,11 @@ class Guard:
         "function.__new__",
     }
 
-    def __init__(self, root, changed, protected, started):
+    def __init__(self, root, changed, protected, started, test_dirs=()):
         self.root, self.protected, self.started = root, protected, started
+        self.test_dirs = tuple(test_dirs)
+        """Directories of the run's tests (a ``tests`` directory, a test file's directory named
+        for tests): the files they held before the run (data, expected output) are the tests'."""
         self.code_dirs = {root} | {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
         self.changed = {os.path.realpath(os.path.join(root, p)) for p in changed}
         self.tainted, self.found, self.busy, self.cache = set(), [], False, {}
@@ -1100,6 +1103,13 @@ class Guard:
             return False
         if any(full == p or full.startswith(p + os.sep) for p in self.protected):
             return True
+        if any(full.startswith(d + os.sep) for d in self.test_dirs):
+            try:
+                st = os.stat(full)
+            except OSError:
+                return False  # a new file: the change's own (a test's output, a cache)
+            if max(st.st_mtime, st.st_ctime) <= self.started:
+                return True  # a file the tests had before the run: what they compare with
         # Python code or configuration the interpreter or pytest reads, where they read it
         if full.endswith((".py", ".pyc", ".pth", ".ini", ".cfg", ".toml")):
             return any(full.startswith(d + os.sep) for d in self.code_dirs)
@@ -1202,6 +1212,24 @@ def pinned(args, mirror, cwd):
     with open(empty, "w") as f:
         f.write("[pytest]\n")
     return ["-c", empty, "--rootdir=" + cwd, *args]
+
+
+def test_dirs(tests, root):
+    """The directories of the run's tests (as the allowlist reads them): the nearest
+    ``tests`` directory above each test path, and a test file's own directory (or a test
+    directory given itself) whose name says test; never the repository root."""
+    out = set()
+    root = os.path.realpath(root)
+    for path in tests:
+        here = path if os.path.isdir(path) else os.path.dirname(path)
+        if "test" in os.path.basename(here):
+            out.add(here)
+        while _inside(here, root) and here != root:
+            if os.path.basename(here) == "tests":
+                out.add(here)
+                break
+            here = os.path.dirname(here)
+    return sorted(d for d in out if d != root and _inside(d, root))
 
 
 def _inside(path, root):
@@ -1326,7 +1354,8 @@ def main():
     open(marker, "w").close()
     reporter.started = os.stat(marker).st_mtime
     tests = [os.path.realpath(os.path.join(cwd, a.split("::")[0])) for a in args if not a.startswith("-")]
-    guard = Guard(cwd, changed, [here] + [t for t in tests if os.path.isfile(t)], reporter.started)
+    protected = [here] + [t for t in tests if os.path.isfile(t)]
+    guard = Guard(cwd, changed, protected, reporter.started, test_dirs(tests, cwd))
     reporter.guard = guard
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(guard)
