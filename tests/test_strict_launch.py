@@ -132,3 +132,45 @@ def test_the_test_process_ends_with_what_an_exit_owes_it(tmp_path, bytecode):
     assert (repo / "thread-done").read_text() == "joined"
     assert (repo / "atexit-done").read_text() == "ran"
     assert not (run / "key").exists()
+
+
+LAZY = """import sys, types
+
+
+class Lazy(types.ModuleType):  # apipkg's way (the py library): reading __dict__ imports everything
+    @property
+    def __dict__(self):
+        open("dict-read", "w").write("read")
+        return types.ModuleType.__dict__["__dict__"].__get__(self)
+
+
+sys.modules["lazy_thing"] = Lazy("lazy_thing")
+
+
+def test_passes():
+    assert 1 + 1 == 2
+"""
+
+
+def test_the_end_of_run_check_runs_no_module_dict_property(tmp_path):
+    """The check of every loaded module's globals reads them as the interpreter holds them:
+    a lazy module's ``__dict__`` property (which imports all it names) is not run."""
+    repo, run = tmp_path / "repo", tmp_path / "run"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_lazy.py").write_text(LAZY)
+    (run / "base").mkdir(parents=True)
+    (run / "run.py").write_text(LAUNCHER)
+    (run / "runner.py").write_bytes(RUNNER_SOURCE.read_bytes())
+    key = secrets.token_hex(32)
+    (run / "key").write_text(key)
+    (run / "changed.json").write_text(json.dumps([]))
+    proc = subprocess.run(
+        [sys.executable, "-s", str(run / "run.py"), "module", "-p", "no:cacheprovider", "-p", "no:randomly",
+         "tests/test_lazy.py"],
+        cwd=repo, env={**os.environ, "PYTHONSAFEPATH": "1"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    v = read_verdict((run / "verdict").read_bytes(), key)
+    assert (v.tests, v.closed, v.refused) == ({"tests/test_lazy.py::test_passes": "PASSED"}, 1, []), (
+        proc.stdout
+    )
+    assert not (repo / "dict-read").exists()
