@@ -31,15 +31,21 @@ BUGGY = "def add(a, b):\n    return a - b\n"
 F2P, P2P = "tests/test_add.py::test_add", "tests/test_add.py::test_zero"
 
 
-def run_strict(tmp_path: Path, tail: str = "", tests: str = TESTS, warm: bool = False) -> tuple:
-    """A repo whose ``add`` is wrong, ``tail`` appended to the changed package; the runner run
-    as the eval script's ``python -m pytest`` would be (``warm``: after an ordinary pytest run
-    left its rewritten test modules in the bytecode cache). Returns (verdict, key, process)."""
+def run_strict(
+    tmp_path: Path, tail: str = "", tests: str = TESTS, warm: bool = False, files: dict | None = None
+) -> tuple:
+    """A repo whose ``add`` is wrong, ``tail`` appended to the changed package (and ``files``
+    of the base, {path: text}); the runner run as the eval script's ``python -m pytest`` would
+    be (``warm``: after an ordinary pytest run left its rewritten test modules in the bytecode
+    cache). Returns (verdict, key, process)."""
     repo, run = tmp_path / "repo", tmp_path / "run"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
     (repo / "pkg" / "__init__.py").write_text(BUGGY + tail)
     (repo / "tests" / "test_add.py").write_text(tests)
+    for path, text in (files or {}).items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
     if warm:
         plain = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         subprocess.run(
@@ -664,3 +670,217 @@ def test_rebinding_a_test_modules_checker_is_refused(tmp_path):
         v.refused,
         proc.stdout[-2000:],
     )
+
+
+# The issue's test expects an exception (``pytest.raises``): package code hands the test module
+# something else under the name it imported, so the ``with`` block expects nothing.
+NO_RAISE = """
+import builtins as _b, sys as _s
+
+
+class _NoRaise:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return True
+
+
+class _Pytest:
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def raises(self, *a, **k):
+        return _NoRaise()
+
+
+def _tests_globals():  # the importing test module's namespace, found through the frames
+    f = _s._getframe(1)
+    while f is not None:
+        if "tests" in str(f.f_globals.get("__file__", "")):
+            yield f.f_globals
+        f = f.f_back
+"""
+RAISES_TESTS = {
+    "local-import": "from pkg import add\n\n\ndef test_add():\n    import pytest\n\n"
+    "    with pytest.raises(ValueError):\n        add(1, 2)\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n",
+    "top-import": "import pytest\n\nfrom pkg import add\n\n\ndef test_add():\n"
+    "    with pytest.raises(ValueError):\n        add(1, 2)\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n",
+    "from-import": "from pytest import raises\n\nfrom pkg import add\n\n\ndef test_add():\n"
+    "    with raises(ValueError):\n        add(1, 2)\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n",
+    "helper": "from pkg import add\n\n\ndef check(value, want):\n    assert value == want\n\n\n"
+    "def test_add():\n    value = add(1, 2)\n    check(value, 3)\n\n\n"
+    "def test_zero():\n    assert add(0, 0) == 0\n",
+}
+REBINDING = {
+    "import-hook": (
+        NO_RAISE
+        + "\n_real = _b.__import__\n\n\ndef _import(name, globals=None, locals=None, fromlist=(), level=0):\n"
+        "    mod = _real(name, globals, locals, fromlist, level)\n"
+        '    return _Pytest(mod) if name == "pytest" and "tests" in str((globals or {}).get("__file__")) else mod\n\n\n'
+        "_b.__import__ = _import\n",
+        "local-import",
+        "the test framework was modified during the run: builtins.__import__",
+    ),
+    "module-name": (
+        NO_RAISE + "\nfor _g in _tests_globals():\n    _g['pytest'] = _Pytest(_g['pytest'])\n",
+        "top-import",
+        "no longer holds what its own statements bound: pytest",
+    ),
+    "magicmock": (  # an object of an installed file (unittest.mock): whose code it is does not matter
+        NO_RAISE
+        + "\nimport unittest.mock\n\nfor _g in _tests_globals():\n    _g['pytest'] = unittest.mock.MagicMock()\n",
+        "top-import",
+        "no longer holds what its own statements bound: pytest",
+    ),
+    "from-name": (
+        NO_RAISE + "\nfor _g in _tests_globals():\n    _g['raises'] = _Pytest(None).raises\n",
+        "from-import",
+        "no longer holds what its own statements bound: raises",
+    ),
+    "helper-def": (  # rebound by the code under test when the test calls it
+        NO_RAISE + "\n_add = add\n\n\ndef add(a, b):\n    for g in _tests_globals():\n"
+        "        g['check'] = lambda *a: None\n    return _add(a, b)\n",
+        "helper",
+        "no longer holds what its own statements bound: check",
+    ),
+    "test-builtins": (  # the test module's own builtins (its functions read them), not the interpreter's
+        NO_RAISE + "\n\ndef _import(name, *args, **kwargs):\n    mod = __import__(name, *args, **kwargs)\n"
+        "    return _Pytest(mod) if name == 'pytest' else mod\n\n\n"
+        "for _g in _tests_globals():\n    _g['__builtins__'] = dict(vars(_b), __import__=_import)\n",
+        "local-import",
+        "no longer holds what its own statements bound: __builtins__",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REBINDING), ids=list(REBINDING))
+def test_names_the_test_code_reads_cannot_be_rebound_by_the_change(tmp_path, case):
+    """Each attack passes the F2P test without fixing anything (official reading: passed);
+    strict mode reads the names the test module bound as they were bound, and the builtins."""
+    tail, tests, reason = REBINDING[case]
+    v, _, proc = run_strict(tmp_path, tail, RAISES_TESTS[tests])
+    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+# Test modules that bind and rebind their own names the ordinary ways, and package code that
+# touches builtins and frames honestly: nothing to refuse.
+HONEST_BINDINGS = '''"""Docstring first."""
+from __future__ import annotations
+
+import functools
+import sys
+from sys import stdout  # pytest's capture swaps sys.stdout: the module keeps what it imported
+
+import pytest
+
+try:
+    import simplejson as json
+except ImportError:
+    import json
+
+if sys.version_info >= (3, 0):
+    from os import path as ospath
+else:
+    ospath = None
+
+from pkg import add
+
+CALLS = []
+
+
+@functools.lru_cache(maxsize=None)
+def cached(x):
+    return x
+
+
+def helper(x):
+    return x
+
+
+def helper(x):  # a second def of the same name (the later one wins)
+    return x + 0
+
+
+class Box:
+    pass
+
+
+def test_add(monkeypatch):
+    global CALLS
+    CALLS = [1]
+    monkeypatch.setattr(sys.modules[__name__], "helper", lambda x: x)  # undone at teardown
+    assert add(1, 2) == 3 and helper(1) == 1 and cached(2) == 2 and Box and json and ospath and stdout
+
+
+def test_zero():
+    import pytest as again
+
+    assert again is pytest
+    assert add(0, 0) == 0
+'''
+HONEST_PACKAGE = """
+import builtins as _b
+import gettext as _gettext
+import inspect as _inspect
+import sys as _s
+
+_gettext.install("pkg")  # a new builtin (_), as applications do
+_b.pkg_debug_level = 0
+_caller = _inspect.stack()[1].filename  # frames and sources of the importer, read only
+_importer = _s._getframe(1).f_globals.get("__name__")
+"""
+
+
+def test_names_rebound_the_ordinary_ways_are_not_refused(tmp_path):
+    v, _, proc = run_strict(tmp_path, HONEST_PACKAGE, HONEST_BINDINGS)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
+
+
+# The issue's test compares with what a data file of the tests holds (a golden file); package
+# code writes its own output into that file during the run.
+GOLDEN_TESTS = """import os
+
+from pkg import add
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_add():
+    with open(os.path.join(HERE, "data", "sums.txt")) as f:
+        assert str(add(1, 2)) == f.read().strip()
+
+
+def test_zero():
+    assert add(0, 0) == 0
+"""
+GOLDEN = {
+    "rewrite": "\nimport os as _os\n\n_p = _os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt')\n"
+    "with open(_p, 'w') as _f:\n    _f.write(str(add(1, 2)))\n",
+    "replace": "\nimport os as _os, tempfile as _t\n\n_p = _os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt')\n"
+    "_fd, _new = _t.mkstemp(dir=_os.path.dirname(_p))\n_os.write(_fd, str(add(1, 2)).encode())\n"
+    "_os.close(_fd)\n_os.replace(_new, _p)\n",
+}
+
+
+@pytest.mark.parametrize("how", list(GOLDEN), ids=list(GOLDEN))
+def test_a_data_file_of_the_tests_cannot_be_rewritten_by_the_change(tmp_path, how):
+    v, _, proc = run_strict(tmp_path, GOLDEN[how], GOLDEN_TESTS, files={"tests/data/sums.txt": "3\n"})
+    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert any("tests/data/sums.txt" in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+def test_files_the_change_makes_under_the_tests_are_not_refused(tmp_path):
+    """New files (a test's output, a cache) written by the package under the test directory are
+    its own; only the files the tests had before the run are theirs."""
+    tail = (
+        "\nimport os as _os\n\n_d = _os.path.join(_os.getcwd(), 'tests', 'out')\n_os.makedirs(_d, exist_ok=True)\n"
+        "with open(_os.path.join(_d, 'log.txt'), 'w') as _f:\n    _f.write('ok')\n"
+        "with open(_os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt')) as _f:\n    _f.read()\n"
+    )
+    v, _, proc = run_strict(tmp_path, tail, GOLDEN_TESTS, files={"tests/data/sums.txt": "-1\n"})
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]

@@ -29,7 +29,7 @@ from adversarial import ADVERSARIAL, CONTROLS, TASK, WRONG  # noqa: E402
 from projects import PROJECTS  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
-from swerl.tasks.eval_script import PYTEST_COMMAND, make_eval_script  # noqa: E402
+from swerl.tasks.eval_script import PYTEST_COMMAND, make_eval_script, test_files  # noqa: E402
 
 CREATED_AT = "2024-03-0{day}T12:00:00Z"
 RECORD_OVERRIDES = ("eval_type", "test_patch", "eval_script")
@@ -187,11 +187,14 @@ def build_adversarial(tmp: Path, specs: dict[str, dict]) -> list[dict]:
             patch += e.get("raw", "")
             rec = {"name": e["name"], "kind": kind, "instance_id": task, "note": e["note"], "patch": patch}
             if "tests" in e:  # the task's tests, written another way: the record's own test patch
-                test_patch = edit_diff(tmp / "wt" / task, [*specs[task]["tests"], *e["tests"]])
-                base = git(tmp / "wt" / task, "rev-parse", "HEAD").strip()
+                wt = tmp / "wt" / task
+                test_patch = edit_diff(wt, [*specs[task]["tests"], *e["tests"]], e.get("test_files"))
+                base = git(wt, "rev-parse", "HEAD").strip()
+                modified, created = test_files(test_patch)
+                run = [f for f in modified + created if f.endswith(".py")]  # as swebench: no data files
                 rec |= {
                     "test_patch": test_patch,
-                    "eval_script": make_eval_script(base, test_patch, PYTEST_COMMAND),
+                    "eval_script": make_eval_script(base, test_patch, PYTEST_COMMAND, run),
                 }
             out.append(rec | ({"eval_type": e["eval_type"]} if "eval_type" in e else {}))
     return out

@@ -76,11 +76,13 @@ class Signer:
 def snapshot(extra=()):
     """Every function, class and method of pytest, _pytest and pluggy (and ``extra`` modules:
     the runner's own), by identity; a function's body, defaults and closure by identity too
-    (assigning ``__code__`` keeps the function object)."""
+    (assigning ``__code__`` keeps the function object). And every builtin (``__import__``,
+    ``isinstance``, ...): the test code calls them by name, so package code that replaces one
+    changes what every test reads."""
     seen = Seen()
     top = seen.group(("modules",), sys.modules)
     for name, mod in list(sys.modules.items()):
-        if mod is None or (name.split(".")[0] not in WATCHED and name not in extra):
+        if mod is None or (name.split(".")[0] not in WATCHED and name not in extra and name != "builtins"):
             continue
         top.append((name, ("module", name), mod))
         members = vars(mod)
@@ -88,7 +90,7 @@ def snapshot(extra=()):
         for attr, value in list(members.items()):
             if callable(value) or isinstance(value, property):
                 group.append((attr, (name, attr), value))
-            if isinstance(value, type) and getattr(value, "__module__", "") == name:
+            if isinstance(value, type) and getattr(value, "__module__", "") == name != "builtins":
                 cgroup = seen.group(("class", name, attr), vars(value))
                 for cattr, cvalue in list(vars(value).items()):
                     if callable(cvalue) or isinstance(cvalue, (property, staticmethod, classmethod)):
@@ -97,6 +99,7 @@ def snapshot(extra=()):
 
 
 BODY = ("__code__", "__defaults__", "__kwdefaults__")
+_MISSING = object()
 
 
 class Seen(dict):
@@ -259,7 +262,7 @@ COMPARED_BUDGET = 256
 PLAIN = frozenset((str, bytes, int, float, complex, bool, type(None)))
 """Builtin types compared in C with no elements: a comparison of two of them needs no look."""
 
-CHECKERS = ("eq", "ne", "in", "not_in", "chain")
+CHECKERS = ("eq", "ne", "in", "not_in", "chain", "bound")
 """The runner's comparison functions, each bound in every rewritten test module as ``@swerl_NAME``
 (from ``_pytest.assertion.rewrite._swerl_NAME``): a name no source can spell."""
 
@@ -350,7 +353,15 @@ def _watch_equality(reporter):
         "_swerl_chain",
         "_swerl_chain",
     )
-    checkers = dict(zip(CHECKERS, (eq, ne, in_, not_in, Operand)))  # noqa: B905 (3.6 syntax)
+
+    def bound(names, _frame=sys._getframe):
+        """Record what a test module's import / def / class statement bound (see _bindings)."""
+        space = _frame(1).f_globals
+        held = reporter.bound.setdefault(id(space), (space, {}))[1]
+        for name in names:
+            held[name] = space.get(name, _MISSING)
+
+    checkers = dict(zip(CHECKERS, (eq, ne, in_, not_in, Operand, bound)))  # noqa: B905 (3.6 syntax)
     for name, fn in checkers.items():
         setattr(rewrite, "_swerl_" + name, fn)
     reporter.checkers = {"@swerl_" + name: fn for name, fn in checkers.items()}
@@ -366,9 +377,11 @@ def _watch_equality(reporter):
         return _inside(full, root) or not installed
 
     def rewrite_asserts(mod, *args, **kwargs):
-        original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
         paths = [a for a in args if isinstance(a, str) or hasattr(a, "__fspath__")]  # not the source (bytes)
         path = str(paths[0]) if paths else kwargs.get("module_path")
+        if path is None or ours(path):
+            reporter.bindings[str(path)] = _bindings(ast, mod)  # the statements as its source wrote them
+        original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
         if path is None or ours(path):
             transform.module(mod)
             reporter.rewritten.add(str(path))  # the code's co_filename and the module's __file__
@@ -380,6 +393,67 @@ def _watch_equality(reporter):
         return False if ours(co.co_filename) else write_pyc(state, co, *args, **kwargs)
 
     rewrite.rewrite_asserts, rewrite._read_pyc, rewrite._write_pyc = rewrite_asserts, _read_pyc, _write_pyc
+
+
+REWRITE_NAMES = {"@py_builtins": "builtins", "@pytest_ar": "_pytest.assertion.rewrite"}
+"""What pytest's rewrite binds in every module it rewrites: these modules, always."""
+
+
+def _bindings(ast, mod):
+    """The top-level names a test module binds only by an absolute import, a ``def`` or a
+    ``class`` (in its body or a top-level ``if`` / ``try`` block), each with how ({name:
+    [way]}: the module ``import`` named, "def" for an undecorated def or class, "" else);
+    after each such statement a call ``@swerl_bound((names...))`` is inserted, which records
+    what the statement bound: what :meth:`Reporter.rebound` expects the names to hold at the
+    end. A name the module also binds any other way (assigned, ``global``, an exception's
+    name, a nested def) is left out."""
+    eligible, other = {}, set()
+    compound = (ast.If, ast.Try) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    todo, placed = [mod.body], set()
+    while todo:  # each statement list at the top level
+        body = todo.pop()
+        for i in range(len(body) - 1, -1, -1):
+            node = body[i]
+            names, ways = [], []
+            if isinstance(node, compound):
+                todo += [node.body, node.orelse, getattr(node, "finalbody", [])]
+                todo += [h.body for h in getattr(node, "handlers", [])]
+                other.update(h.name for h in getattr(node, "handlers", []) if h.name)
+            elif isinstance(node, ast.Import):
+                names = [a.asname or a.name.split(".")[0] for a in node.names]
+                ways = [a.name if a.asname else a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level or node.module == "__future__" or any(a.name == "*" for a in node.names):
+                    other.update(a.asname or a.name for a in node.names)
+                else:
+                    names = [a.asname or a.name for a in node.names]
+                    ways = [""] * len(names)
+            elif isinstance(node, defs):
+                names = [node.name]
+                ways = ["" if node.decorator_list else "def"]
+                placed.add(id(node))
+            if names:
+                for name, way in zip(names, ways):  # noqa: B905 (3.6 syntax)
+                    eligible.setdefault(name, []).append(way)
+                text = [ast.Constant(n) if hasattr(ast, "Constant") else ast.Str(n) for n in names]
+                call = ast.Call(ast.Name("@swerl_bound", ast.Load()), [ast.Tuple(text, ast.Load())], [])
+                stmt = ast.Expr(call)
+                for n in (stmt, call, call.func, call.args[0], *call.args[0].elts):
+                    n.lineno, n.col_offset = node.lineno, node.col_offset
+                    n.end_lineno, n.end_col_offset = node.lineno, node.col_offset
+                body.insert(i + 1, stmt)
+    for node in ast.walk(mod):  # every other binding of a name, anywhere in the module
+        kind = type(node)
+        if kind is ast.Name and type(node.ctx) is not ast.Load:
+            other.add(node.id)
+        elif kind in (ast.Global, ast.Nonlocal):
+            other.update(node.names)
+        elif kind in defs and id(node) not in placed:
+            other.add(node.name)
+        elif kind in (ast.Import, ast.ImportFrom) and not placed:
+            pass
+    return {name: ways for name, ways in eligible.items() if name not in other}
 
 
 class _Equality:
@@ -525,6 +599,8 @@ class Reporter:
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
         self.eq_code = {}  # (type, method name) -> (method, why) if the change made it, else None
         self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
+        self.bindings = {}  # rewritten file -> its names bound only by import, def or class (_bindings)
+        self.bound = {}  # id(module globals) -> (globals, {name: what its statement bound})
         self.test_globals = {}  # id -> the globals of each test function run from such a file
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
@@ -603,6 +679,47 @@ class Reporter:
         runner's comparison functions under their names ("" if they do)."""
         bad = sorted(name for name, fn in self.checkers.items() if names.get(name) is not fn)
         return "had its comparisons rerouted (" + ", ".join(bad) + ")" if bad else ""
+
+    def rebound(self, names):
+        """The names of a rewritten module (a test module, a conftest) that no longer hold
+        what its own import, ``def`` or ``class`` statement bound them to (the module binds
+        them no other way), and whether its ``__builtins__`` and pytest's aliases are still
+        the interpreter's and pytest's: so package code cannot hand the tests another
+        ``pytest`` (whose ``raises`` expects nothing), another ``raises`` or another helper,
+        from whatever frame it reaches the module's globals."""
+        import builtins
+
+        out = []
+        held = names.get("__builtins__", builtins)
+        if held is not builtins and held is not vars(builtins):
+            out.append("__builtins__")
+        for name, modname in REWRITE_NAMES.items():
+            if name in names and names[name] is not sys.modules.get(modname):
+                out.append(name)
+        eligible = self.bindings.get(names.get("__file__"), {})
+        recorded = self.bound.get(id(names), (None, {}))[1]
+        for name, ways in sorted(eligible.items()):
+            then, now = recorded.get(name, _MISSING), names.get(name, _MISSING)
+            if then is _MISSING or now is _MISSING:
+                continue  # the statement never ran (an import in a try block that failed)
+            if now is not then or not any(self._as_bound(now, way, names) for way in ways):
+                out.append(name)
+        return out
+
+    def _as_bound(self, value, way, names):
+        """Whether ``value`` can be what the statement made, whenever it ran (a thread may
+        swap a name between a statement and its record): an ``import``'s name the module
+        itself (a module of the repository may be anything), an undecorated def the
+        module's own code."""
+        if way == "def":
+            if isinstance(value, type):
+                return getattr(value, "__module__", None) == names.get("__name__")
+            return code_file(value) == names.get("__file__")
+        if not way:
+            return True
+        mod = sys.modules.get(way)
+        path = getattr(mod, "__file__", None) or ""
+        return mod is None or value is mod or _inside(os.path.realpath(path), os.path.realpath(self.root))
 
     def test_rerouted(self, fn):
         """:meth:`rerouted` for the globals a test function runs with, if its code (whose file
@@ -741,6 +858,14 @@ class Reporter:
             why = self.rerouted(names)
             if why:
                 self.tampered.append("test module " + str(names.get("__name__")) + " " + why)
+            rebound = self.rebound(names)
+            if rebound:
+                self.tampered.append(
+                    "test module "
+                    + str(names.get("__name__"))
+                    + " no longer holds what its own statements bound: "
+                    + ", ".join(rebound[:8])
+                )
         if config is None:
             return
         for name, impl in self.hookimpls(config):
@@ -797,8 +922,11 @@ class Guard:
         "os.link",
     }
 
-    def __init__(self, root, changed, protected, started):
+    def __init__(self, root, changed, protected, started, test_dirs=()):
         self.root, self.protected, self.started = root, protected, started
+        self.test_dirs = tuple(test_dirs)
+        """Directories of the run's tests (a ``tests`` directory, a test file's directory named
+        for tests): the files they held before the run (data, expected output) are the tests'."""
         self.code_dirs = {root} | {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
         self.changed = {os.path.realpath(os.path.join(root, p)) for p in changed}
         self.tainted, self.found, self.busy, self.cache = set(), [], False, {}
@@ -916,6 +1044,13 @@ class Guard:
             return False
         if any(full == p or full.startswith(p + os.sep) for p in self.protected):
             return True
+        if any(full.startswith(d + os.sep) for d in self.test_dirs):
+            try:
+                st = os.stat(full)
+            except OSError:
+                return False  # a new file: the change's own (a test's output, a cache)
+            if max(st.st_mtime, st.st_ctime) <= self.started:
+                return True  # a file the tests had before the run: what they compare with
         # Python code or configuration the interpreter or pytest reads, where they read it
         if full.endswith((".py", ".pyc", ".pth", ".ini", ".cfg", ".toml")):
             return any(full.startswith(d + os.sep) for d in self.code_dirs)
@@ -1018,6 +1153,24 @@ def pinned(args, mirror, cwd):
     with open(empty, "w") as f:
         f.write("[pytest]\n")
     return ["-c", empty, "--rootdir=" + cwd, *args]
+
+
+def test_dirs(tests, root):
+    """The directories of the run's tests (as the allowlist reads them): the nearest
+    ``tests`` directory above each test path, and a test file's own directory (or a test
+    directory given itself) whose name says test; never the repository root."""
+    out = set()
+    root = os.path.realpath(root)
+    for path in tests:
+        here = path if os.path.isdir(path) else os.path.dirname(path)
+        if "test" in os.path.basename(here):
+            out.add(here)
+        while _inside(here, root) and here != root:
+            if os.path.basename(here) == "tests":
+                out.add(here)
+                break
+            here = os.path.dirname(here)
+    return sorted(d for d in out if d != root and _inside(d, root))
 
 
 def _inside(path, root):
@@ -1140,7 +1293,8 @@ def main():
     open(marker, "w").close()
     reporter.started = os.stat(marker).st_mtime
     tests = [os.path.realpath(os.path.join(cwd, a.split("::")[0])) for a in args if not a.startswith("-")]
-    guard = Guard(cwd, changed, [here] + [t for t in tests if os.path.isfile(t)], reporter.started)
+    protected = [here] + [t for t in tests if os.path.isfile(t)]
+    guard = Guard(cwd, changed, protected, reporter.started, test_dirs(tests, cwd))
     reporter.guard = guard
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(guard)
