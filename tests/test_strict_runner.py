@@ -859,6 +859,9 @@ def test_zero():
     assert add(0, 0) == 0
 """
 GOLDEN = {
+    "child-process": "\nimport os as _os, subprocess as _sp, sys as _sys\n\n"
+    "_p = _os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt')\n"
+    "_sp.run([_sys.executable, '-c', 'import sys; open(sys.argv[1], \"w\").write(sys.argv[2])', _p, str(add(1, 2))])\n",
     "rewrite": "\nimport os as _os\n\n_p = _os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt')\n"
     "with open(_p, 'w') as _f:\n    _f.write(str(add(1, 2)))\n",
     "replace": "\nimport os as _os, tempfile as _t\n\n_p = _os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt')\n"
@@ -881,6 +884,8 @@ def test_files_the_change_makes_under_the_tests_are_not_refused(tmp_path):
         "\nimport os as _os\n\n_d = _os.path.join(_os.getcwd(), 'tests', 'out')\n_os.makedirs(_d, exist_ok=True)\n"
         "with open(_os.path.join(_d, 'log.txt'), 'w') as _f:\n    _f.write('ok')\n"
         "with open(_os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt')) as _f:\n    _f.read()\n"
+        "import subprocess as _sp, sys as _sys\n\n"  # a child process making a new file there
+        '_sp.run([_sys.executable, \'-c\', \'open("tests/out/child.txt", "w").write("x")\'])\n'
     )
     v, _, proc = run_strict(tmp_path, tail, GOLDEN_TESTS, files={"tests/data/sums.txt": "-1\n"})
     assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]

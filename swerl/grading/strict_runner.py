@@ -882,6 +882,11 @@ class Reporter:
             self.check(self.config)
         guard = getattr(self, "guard", None)
         self.tampered += guard.found[:8] if guard is not None else []
+        others = guard.other_writers() if guard is not None else []
+        if others:
+            self.tampered.append(
+                "files of the tests were changed during the run by another process: " + ", ".join(others[:8])
+            )
         for nodeid, status in self.results.items():
             self.channel.write({"test": nodeid, "status": status})
         self.channel.write(
@@ -927,6 +932,8 @@ class Guard:
         self.test_dirs = tuple(test_dirs)
         """Directories of the run's tests (a ``tests`` directory, a test file's directory named
         for tests): the files they held before the run (data, expected output) are the tests'."""
+        self.before = _listing(self.test_dirs)  # taken before any code of the repository runs
+        self.wrote_tests = set()
         self.code_dirs = {root} | {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
         self.changed = {os.path.realpath(os.path.join(root, p)) for p in changed}
         self.tainted, self.found, self.busy, self.cache = set(), [], False, {}
@@ -941,6 +948,13 @@ class Guard:
         function built from a name only the change used is the change's own, whose body and
         defaults it may set (boltons' ``FunctionBuilder``); a shared name (``<string>``: every
         ``exec`` of text, every dataclass ``__init__``) is nobody's."""
+
+    def other_writers(self):
+        """The files of the test directories that another process (the change's code can start
+        one: no audit hook of this process sees it) wrote, moved or removed during the run:
+        changed since :attr:`before` and not written by this process itself."""
+        now = _listing(self.test_dirs)
+        return sorted(p for p, was in self.before.items() if now.get(p) != was and p not in self.wrote_tests)
 
     def _ours(self, filename):
         hit = self.cache.get(filename)
@@ -1050,6 +1064,7 @@ class Guard:
             except OSError:
                 return False  # a new file: the change's own (a test's output, a cache)
             if max(st.st_mtime, st.st_ctime) <= self.started:
+                self.wrote_tests.add(full)  # by this process (by whichever code): see other_writers
                 return True  # a file the tests had before the run: what they compare with
         # Python code or configuration the interpreter or pytest reads, where they read it
         if full.endswith((".py", ".pyc", ".pth", ".ini", ".cfg", ".toml")):
@@ -1153,6 +1168,23 @@ def pinned(args, mirror, cwd):
     with open(empty, "w") as f:
         f.write("[pytest]\n")
     return ["-c", empty, "--rootdir=" + cwd, *args]
+
+
+def _listing(dirs):
+    """{path: (inode, ctime)} of every file under ``dirs`` (bytecode caches left out: the
+    bytecode rule reads those); ctime changes with every write and no code can set it back."""
+    out = {}
+    for top in dirs:
+        for where, subdirs, files in os.walk(top):
+            subdirs[:] = [d for d in subdirs if d != "__pycache__"]
+            for name in files:
+                path = os.path.join(where, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                out[path] = (st.st_ino, st.st_ctime_ns)
+    return out
 
 
 def test_dirs(tests, root):
