@@ -672,6 +672,152 @@ def test_rebinding_a_test_modules_checker_is_refused(tmp_path):
     )
 
 
+COPY_FUNCTION = """
+import types
+
+
+def copy_function(orig):  # boltons' funcutils.copy_function: a copy, then the copy's keyword defaults
+    ret = types.FunctionType(orig.__code__, orig.__globals__, orig.__name__, orig.__defaults__, orig.__closure__)
+    ret.__kwdefaults__ = orig.__kwdefaults__
+    return ret
+"""
+COPIED_TESTS = """from pkg import add, copy_function
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    f = lambda x, *, y=2: x * y
+    assert copy_function(f)(21) == f(21) == 42 and add(0, 0) == 0
+"""
+
+
+def test_a_copy_the_change_makes_of_a_tests_function_is_its_own(tmp_path):
+    """The package copies a function the test hands it and sets the copy's keyword defaults: the
+    copy is an object the change's code made, not the test's, so its defaults are the change's."""
+    v, _, proc = run_strict(tmp_path, COPY_FUNCTION, tests=COPIED_TESTS)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), (
+        v.refused,
+        proc.stdout[-2000:],
+    )
+
+
+SWAP_TESTS = """from pkg import add, cases
+
+
+def expected(value=3):
+    return value
+
+
+def test_add(wanted=3):
+    assert add(1, 2) == wanted == expected()
+
+
+def test_zero():
+    assert add(0, 0) == 0
+
+
+CASES = cases()  # the package is called once the tests are defined (a parametrize list, say)
+"""
+SWAP = """
+import sys
+import types
+
+
+def cases():
+    g = sys._getframe(1).f_globals
+    {body}
+    return []
+"""
+TEST_SWAP_TESTS = SWAP_TESTS.replace(" == expected()", "")
+TEST_COPY = 'g["test_add"] = types.FunctionType(g["test_add"].__code__, g, "test_add", (add(1, 2),))'
+HELPER_COPY = 'g["expected"] = types.FunctionType(g["expected"].__code__, g, "expected", (add(1, 2),))'
+EARLY_COPY = """
+import sys
+import types
+
+_f = sys._getframe(1)
+while not _f.f_code.co_filename.endswith("test_add.py"):  # the test module, importing the package
+    _f = _f.f_back
+_code = [c for c in _f.f_code.co_consts if getattr(c, "co_name", "") == "test_add"][0]
+_copy = types.FunctionType(_code, {})  # before the test's own function exists
+
+
+def cases():
+    sys._getframe(1).f_globals["test_add"].__defaults__ = (add(1, 2),)
+    return []
+"""
+ITEM_SWAP_TESTS = """from pkg import add
+
+
+def test_zero():
+    assert add(0, 0) == 0
+
+
+def test_add(wanted=3):
+    assert add(1, 2) == wanted
+"""
+ITEM_SWAP = """
+import sys
+import types
+
+_add = add
+
+
+def add(a, b):  # while test_zero runs: test_add's item gets a copy with the defaults that pass
+    f = sys._getframe(1)
+    while f is not None and "pyfuncitem" not in f.f_locals:
+        f = f.f_back
+    for item in f.f_locals["pyfuncitem"].session.items:
+        if item.name == "test_add":
+            t = item.obj
+            item.obj = types.FunctionType(t.__code__, t.__globals__, "test_add", (_add(1, 2),))
+    return _add(a, b)
+"""
+
+
+@pytest.mark.parametrize(
+    ("tail", "tests", "reason"),
+    [
+        (
+            SWAP.format(body=TEST_COPY),
+            TEST_SWAP_TESTS,
+            "test tests/test_add.py::test_add was replaced by a copy",
+        ),
+        (
+            SWAP.format(body=HELPER_COPY + "\n    g['expected'].__defaults__ = (add(1, 2),)"),
+            SWAP_TESTS.replace("wanted == ", ""),
+            "holds a copy the change's code made under its name (expected)",
+        ),
+        (SWAP.format(body=HELPER_COPY), SWAP_TESTS.replace("wanted == ", ""), "(expected)"),
+        (
+            SWAP.format(
+                body=TEST_COPY.replace("(add(1, 2),)", "None") + "\n    g['test_add'].__defaults__ = (-1,)"
+            ),
+            TEST_SWAP_TESTS,
+            "was replaced by a copy the change's code made of test_add",
+        ),
+        (ITEM_SWAP, ITEM_SWAP_TESTS, "test tests/test_add.py::test_add was replaced by a copy"),
+        (EARLY_COPY, TEST_SWAP_TESTS, "or one made after it first copied that code"),
+    ],
+    ids=[
+        "test-copy-in-globals",
+        "helper-copy-given-defaults",
+        "helper-copy",
+        "test-copy-given-defaults",
+        "item-obj",
+        "test-given-defaults-after-an-early-copy",
+    ],
+)
+def test_a_copy_put_in_a_tests_place_is_refused(tmp_path, tail, tests, reason):
+    """A copy the change's code made is its own only while it stays its own: under a test module's
+    name for the function it copies, or as the function pytest calls for a test, it is a swap."""
+    v, _, proc = run_strict(tmp_path, tail, tests=tests)
+    assert v.closed == 1 and any(reason in r for r in v.refused), (v.tests, v.refused, proc.stdout[-2000:])
+
+
 # The issue's test expects an exception (``pytest.raises``): package code hands the test module
 # something else under the name it imported, so the ``with`` block expects nothing.
 NO_RAISE = """

@@ -33,11 +33,13 @@ from swebench.image_builder.constants import CONTAINER_WORKDIR
 from swerl.errors import ImageMissing, InfraError, SandboxError
 from swerl.grading.allowlist import LIST_TREE, Entry, classify, parse_listing, top_module
 from swerl.grading.channel import (
+    LAUNCHER,
     RUNNER_SOURCE,
     RunDir,
     Verdict,
     config_files,
     read_verdict,
+    runner_bytecode,
     runs_pytest,
     setup_command,
     strict_script,
@@ -348,8 +350,11 @@ def _write_run_dir(
             info = tarfile.TarInfo(f"{name}/{sub}".rstrip("/"))
             info.type, info.mode = tarfile.DIRTYPE, 0o700
             tar.addfile(info)
+        source = RUNNER_SOURCE.read_bytes()
         for member, data in (
-            ("run.py", RUNNER_SOURCE.read_bytes()),
+            ("run.py", LAUNCHER.encode()),
+            ("runner.py", source),
+            ("runner.pyc", runner_bytecode(source, f"{run.path}/runner.py")),
             ("key", run.key.encode()),
             ("changed.json", json.dumps(changed).encode("utf-8", "surrogateescape")),
             ("eval.sh", script.encode()),

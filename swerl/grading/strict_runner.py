@@ -23,7 +23,7 @@ import re
 import select
 import sys
 import time
-from types import CodeType
+import types
 
 CONFIG_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 SECTIONS = {
@@ -575,8 +575,17 @@ def _watch_assert(case, name, op, reporter):
     setattr(case, name, checked)
 
 
+_MODULE_DICT = type(sys).__dict__["__dict__"]
+
+
 def _namespace(mod):
-    names = getattr(mod, "__dict__", None)
+    """A module's own globals, read the way the interpreter holds them: a module class's
+    ``__dict__`` property is not run (apipkg's lazy modules, ``py`` among them, import every
+    submodule they name when it is read: tens of milliseconds at the end of each run)."""
+    try:
+        names = _MODULE_DICT.__get__(mod)
+    except TypeError:  # not a module (anything may sit in sys.modules)
+        names = getattr(mod, "__dict__", None)
     return names if isinstance(names, dict) else {}
 
 
@@ -676,6 +685,32 @@ class Reporter:
         bad = sorted(name for name, fn in self.checkers.items() if names.get(name) is not fn)
         return "had its comparisons rerouted (" + ", ".join(bad) + ")" if bad else ""
 
+    def copied(self, fn):
+        """Why ``fn`` is a copy the change's code made (of a test's code, or with a body or
+        defaults it set) rather than the function the test's file made ("" if it is not)."""
+        guard = getattr(self, "guard", None)
+        return guard.copy_why(fn) if guard is not None and guard.installed else ""
+
+    def copies_held(self, names):
+        """Why the globals ``names`` of a test module, or the attributes of a class among them,
+        hold a copy the change's code made under the name of the function it copies ("" if none):
+        a helper, fixture or test swapped for one before pytest read it."""
+        found = []
+        for name, value in list(names.items()):
+            places = [(name, value)]
+            if isinstance(value, type) and names.get("__name__") == getattr(value, "__module__", None):
+                places += [(name + "." + k, v) for k, v in list(vars(value).items())]
+            for where, fn in places:
+                fn = getattr(fn, "__func__", fn)
+                code = getattr(fn, "__code__", None)
+                if code is not None and code.co_name == where.split(".")[-1] and self.copied(fn):
+                    found.append(where)
+        return (
+            "holds a copy the change's code made under its name (" + ", ".join(found[:8]) + ")"
+            if found
+            else ""
+        )
+
     def rebound(self, names):
         """The names of a rewritten module (a test module, a conftest) that no longer hold
         what its own import, ``def`` or ``class`` statement bound them to (the module binds
@@ -734,7 +769,7 @@ class Reporter:
                         owner = sys.modules.get(str(getattr(value, "__module__", "")))
                         where = getattr(owner, "__file__", None)
                     else:
-                        where = code.co_filename if isinstance(code, CodeType) else None
+                        where = code.co_filename if isinstance(code, types.CodeType) else None
                 except Exception:
                     continue
                 if not where or not isinstance(where, str):
@@ -900,7 +935,7 @@ class Reporter:
                 "the change's code was put into a module the tests import: " + ", ".join(planted[:8])
             )
         for names in spaces:
-            why = self.rerouted(names)
+            why = self.rerouted(names) or self.copies_held(names)
             if why:
                 self.tampered.append("test module " + str(names.get("__name__")) + " " + why)
             rebound = self.rebound(names)
@@ -970,6 +1005,7 @@ class Guard:
         "os.truncate",
         "os.symlink",
         "os.link",
+        "function.__new__",
     }
 
     def __init__(self, root, changed, protected, started, test_dirs=()):
@@ -988,11 +1024,44 @@ class Guard:
         reads."""
         self.installed = False
         self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
+        self.copied, self.copies = {}, {}
+        """{id(code): (code, [functions with it], their ids)} for each code object the change's code
+        made a function from (``types.FunctionType``), the functions as they were when it first
+        did; and {id: function} of the copies whose body or defaults the change's code then set
+        (both kept alive: an id is an object's only while it lives)."""
         self.made, self.shared = set(), set()
         """Names (``<...>``) of code the change's code compiled, and of code other code compiled: a
         function built from a name only the change used is the change's own, whose body and
         defaults it may set (boltons' ``FunctionBuilder``); a shared name (``<string>``: every
         ``exec`` of text, every dataclass ``__init__``) is nobody's."""
+
+    def _mine(self, code):
+        """Whether ``code`` is the change's own: from a changed file, or compiled by the change's
+        code under a ``<...>`` name no other code compiled under."""
+        name = getattr(code, "co_filename", None)
+        return isinstance(name, str) and ((name in self.made and name not in self.shared) or self._ours(name))
+
+    def _copy(self, fn):
+        """Whether ``fn`` is a function the change's code made from another's code (a copy): one
+        whose body or defaults the change set before, or one with code the change's code made a
+        function from that did not exist when it first did. Everything else with that code (the
+        test itself, and whatever existed before) is not the change's, whatever it does to it."""
+        if id(fn) in self.copies:
+            return True
+        code = getattr(fn, "__code__", None)
+        return id(code) in self.copied and id(fn) not in self.copied[id(code)][2]
+
+    def copy_why(self, fn):
+        """Why ``fn`` (a test's function, or a test module's global under its own name) is not what
+        the test's file made: a copy the change's code made ("" if it is not)."""
+        fn = getattr(fn, "__func__", fn)
+        if not self._copy(fn):
+            return ""
+        return (
+            "a copy the change's code made of "
+            + str(getattr(fn, "__qualname__", fn))
+            + " (or one made after it first copied that code)"
+        )
 
     def other_writers(self):
         """The files of the test directories that another process (the change's code can start
@@ -1066,13 +1135,20 @@ class Guard:
         elif event == "object.__setattr__":
             if args[1] not in ("__code__", "__defaults__", "__kwdefaults__", "__globals__"):
                 return
-            code = getattr(args[0], "__code__", None)
-            mine = getattr(code, "co_filename", None)
-            if isinstance(mine, str) and (
-                (mine in self.made and mine not in self.shared) or self._ours(mine)
-            ):
+            if self._mine(getattr(args[0], "__code__", None)):
                 return  # a function of the change's own making: as if it had written it that way
+            if self._copy(args[0]):  # a copy the change's code made (boltons' copy_function)
+                self.copies[id(args[0])] = args[0]
+                return
             what = "replaced the " + args[1] + " of " + str(getattr(args[0], "__qualname__", args[0]))
+        elif event == "function.__new__":  # types.FunctionType(code, ...): before the function exists
+            code = args[0]
+            if id(code) not in self.copied and not self._mine(code) and self.culprit():
+                import gc
+
+                before = [f for f in gc.get_referrers(code) if type(f) is types.FunctionType]
+                self.copied[id(code)] = (code, before, set(map(id, before)))
+            return
         elif event in ("compile", "code.__new__"):
             filename = args[1]
             if not isinstance(filename, str):
@@ -1142,7 +1218,7 @@ def _wrap_call(reporter):
             why = ""
         if "runtest" in getattr(item, "__dict__", {}):  # pytest never sets it; the class's is watched
             why = why or "a runtest set on the item itself"
-        why = why or _renamed(item)
+        why = why or _renamed(item) or reporter.copied(getattr(item, "obj", None))
         reporter.current = item.nodeid
         outcome = yield
         try:
@@ -1335,9 +1411,7 @@ def main():
         finally:
             os.write(go_w, b"1" if key else b"0")
             os.close(go_w)
-        sys.exit(
-            supervise(pipe_r, pid, os.path.join(here, "verdict"), key) if key else os.waitpid(pid, 0) and 3
-        )
+        _exit(supervise(pipe_r, pid, os.path.join(here, "verdict"), key) if key else os.waitpid(pid, 0) and 3)
     os.close(pipe_r)
     os.close(go_w)
     if os.read(go_r, 1) != b"1":
@@ -1381,8 +1455,32 @@ def main():
     reporter.channel.write({"start": True, "plugins": plugins or [], "pytest": pytest.__version__})
     code = pytest.main(extra + pinned(args, os.path.join(here, "base"), cwd), plugins=[reporter])
     reporter.close(int(code))
-    sys.stdout.flush()
-    sys.exit(int(code))
+    _exit(int(code))
+
+
+def _exit(code):
+    """End this process as Python's own exit does, less the teardown of every module and object
+    (tens of milliseconds with pytest loaded, on the grade's critical path; the verdict is
+    written by then): non-daemon threads joined, ``atexit`` handlers run, standard streams
+    flushed, then the exit code (which the supervisor compares with the one reported)."""
+    threading = sys.modules.get("threading")
+    try:
+        if threading is not None and hasattr(threading, "_shutdown"):
+            threading._shutdown()
+    except BaseException:
+        pass
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(int(code) & 0xFF)
 
 
 def _take_key(path):
