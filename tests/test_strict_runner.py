@@ -734,6 +734,23 @@ def cases():
 TEST_SWAP_TESTS = SWAP_TESTS.replace(" == expected()", "")
 TEST_COPY = 'g["test_add"] = types.FunctionType(g["test_add"].__code__, g, "test_add", (add(1, 2),))'
 HELPER_COPY = 'g["expected"] = types.FunctionType(g["expected"].__code__, g, "expected", (add(1, 2),))'
+CLASS_SWAP_TESTS = """from pkg import add, cases
+
+
+class TestAdd:
+    def test_add(self, wanted=3):
+        assert add(1, 2) == wanted
+
+    def test_zero(self):
+        assert add(0, 0) == 0
+
+
+CASES = cases()
+"""
+CLASS_COPY = (
+    'c = g["TestAdd"]; t = vars(c)["test_add"]\n'
+    '    c.test_add = types.FunctionType(t.__code__, g, "test_add", (add(1, 2),))'
+)
 EARLY_COPY = """
 import sys
 import types
@@ -801,6 +818,7 @@ def add(a, b):  # while test_zero runs: test_add's item gets a copy with the def
         ),
         (ITEM_SWAP, ITEM_SWAP_TESTS, "test tests/test_add.py::test_add was replaced by a copy"),
         (EARLY_COPY, TEST_SWAP_TESTS, "or one made after it first copied that code"),
+        (SWAP.format(body=CLASS_COPY), CLASS_SWAP_TESTS, "TestAdd::test_add was replaced by a copy"),
     ],
     ids=[
         "test-copy-in-globals",
@@ -809,6 +827,7 @@ def add(a, b):  # while test_zero runs: test_add's item gets a copy with the def
         "test-copy-given-defaults",
         "item-obj",
         "test-given-defaults-after-an-early-copy",
+        "test-method-copy-in-its-class",
     ],
 )
 def test_a_copy_put_in_a_tests_place_is_refused(tmp_path, tail, tests, reason):
