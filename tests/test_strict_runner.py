@@ -1063,6 +1063,7 @@ def test_files_the_change_makes_under_the_tests_are_not_refused(tmp_path):
         "\nimport os as _os\n\n_d = _os.path.join(_os.getcwd(), 'tests', 'out')\n_os.makedirs(_d, exist_ok=True)\n"
         "with open(_os.path.join(_d, 'log.txt'), 'w') as _f:\n    _f.write('ok')\n"
         "with open(_os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt')) as _f:\n    _f.read()\n"
+        "_os.utime(_os.path.join(_os.getcwd(), 'tests', 'data', 'sums.txt'))\n"  # touched in-process
         "import subprocess as _sp, sys as _sys\n\n"  # a child process making a new file there
         '_sp.run([_sys.executable, \'-c\', \'open("tests/out/child.txt", "w").write("x")\'])\n'
     )
