@@ -140,9 +140,7 @@ def evaluate(
             t = time.monotonic()
         elif integrity is not None:  # scrub and first listing in the apply command: one round trip
             before_file = f"/tmp/.swerl-before-{secrets.token_hex(8)}"
-            first = (
-                f"{{ {_scrub_and_list_command()} && printf '\\0//SWERL-LISTED//\\0'; }} > {before_file} 2>&1"
-            )
+            first = _list_while_scrubbing(before_file)
             then = _tree_command(instance.base_commit)
         applied, apply_output, apply_command, listed, shown = (
             (True, "", "", None, None)
@@ -151,7 +149,12 @@ def evaluate(
         )
         if before_file:  # printed by the apply command when short; else read back whole
             raw = shown if shown is not None else _read_bytes(sb, before_file) or b""
-            before = _scrub_and_list(sb, raw.removesuffix(_LISTED))
+            listing, split, said = raw.removesuffix(_LISTED).rpartition(_SPLIT)
+            if not split:
+                raise SandboxError(
+                    f"cannot scrub or list the repository: {raw[-500:].decode(errors='replace')}"
+                )
+            before = _scrub_and_list(sb, said + _SPLIT + listing)
         timings["apply"] = time.monotonic() - t
         if integrity is not None and _GIT_WRITTEN in apply_output:
             integrity.reverted[".git"] = (
@@ -243,6 +246,21 @@ def _scrub_and_list_command() -> str:
     return (
         f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {shlex.quote(CONTAINER_WORKDIR)} && "
         f"printf '\\0//SWERL-SPLIT//\\0' && {LIST_TREE}"
+    )
+
+
+def _list_while_scrubbing(path: str) -> str:
+    """:func:`_scrub_and_list_command`'s two steps at once, into ``path``: the listing, then
+    :data:`_SPLIT`, what the scrub said and :data:`_LISTED`. The scrub of a clean repository
+    writes nothing (it only reads and counts), so the listing taken beside it stands; after one
+    that dropped something the tree is listed again. Fails (no :data:`_LISTED`) when either
+    step did."""
+    f = shlex.quote(path)
+    scrub = f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {shlex.quote(CONTAINER_WORKDIR)}"
+    return (
+        f"{{ {LIST_TREE} > {f} 2>&1 & l=$!; said=$({scrub} 2>&1); s=$?; wait $l; w=$?; "
+        f"if [ $s -eq 0 ]; then case $said in *clean) ;; *) {LIST_TREE} > {f} 2>&1; w=$? ;; esac; fi; "
+        f"[ $s -eq 0 ] && [ $w -eq 0 ] && printf '\\0//SWERL-SPLIT//\\0%s\\0//SWERL-LISTED//\\0' \"$said\" >> {f}; }}"
     )
 
 
@@ -419,7 +437,8 @@ rm -rf "$s"; exit $rc
 _APPLYING = b"\0//SWERL-APPLYING//\0"
 """Printed once the ``first`` step succeeded, right before the first apply attempt."""
 _LISTED = b"\0//SWERL-LISTED//\0"
-"""Ends the strict ``first`` step's file once the scrub and the listing succeeded."""
+"""Ends the strict ``first`` step's file once the scrub and the listing succeeded
+(:func:`_list_while_scrubbing`)."""
 _SHOWN = b"\0//SWERL-SHOWN//\0"
 """Follows the head of the ``first`` step's file, printed after :data:`_APPLYING` (no listing
 entry starts with ``/``: a path is relative, a record starts with its type letter)."""
