@@ -1088,3 +1088,48 @@ def test_files_the_change_makes_under_the_tests_are_not_refused(tmp_path):
     )
     v, _, proc = run_strict(tmp_path, tail, GOLDEN_TESTS, files={"tests/data/sums.txt": "-1\n"})
     assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
+
+
+# The tests compare through an assertion helper of an installed package or the standard
+# library; package code makes that helper pass anything.
+PLANTED = {
+    "numpy-testing": (
+        "\nimport numpy.testing._private.utils as _u\n\n_u.assert_array_compare = lambda *a, **k: None\n",
+        "from numpy.testing import assert_array_equal\n\nfrom pkg import add\n\n\ndef test_add():\n"
+        "    assert_array_equal([add(1, 2)], [3])\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n",
+        "numpy.testing._private.utils.assert_array_compare",
+    ),
+    "math-isclose": (
+        "\nimport math as _m\n\n_m.isclose = lambda a, b, **k: True\n",
+        "import math\n\nfrom pkg import add\n\n\ndef test_add():\n    assert math.isclose(add(1, 2), 3)\n\n\n"
+        "def test_zero():\n    assert add(0, 0) == 0\n",
+        "math.isclose",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PLANTED), ids=list(PLANTED))
+def test_the_change_cannot_plant_code_in_modules_the_tests_import(tmp_path, case):
+    pytest.importorskip("numpy")
+    tail, tests, where = PLANTED[case]
+    v, _, proc = run_strict(tmp_path, tail, tests)
+    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert any("put into a module the tests import" in r and where in r for r in v.refused), v.refused
+
+
+def test_hooks_applications_set_in_imported_modules_are_not_refused(tmp_path):
+    """A logger class, a warnings hook, a JSON encoder default of the package's own, with the
+    tests importing logging, warnings and json themselves."""
+    tail = (
+        "\nimport json as _json, logging as _logging, warnings as _warnings\n\n\n"
+        "class PkgLogger(_logging.Logger):\n    pass\n\n\n"
+        "_logging.setLoggerClass(PkgLogger)\n\n\ndef _show(*args, **kwargs):\n    pass\n\n\n"
+        "_warnings.showwarning = _show\n\n\nclass Encoder(_json.JSONEncoder):\n    pass\n"
+    )
+    tests = (
+        "import json\nimport logging\nimport warnings\n\nfrom pkg import add\n\n\ndef test_add():\n"
+        "    assert add(1, 2) == 3 and json and logging and warnings\n\n\ndef test_zero():\n"
+        "    assert add(0, 0) == 0\n"
+    )
+    v, _, proc = run_strict(tmp_path, tail, tests)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]

@@ -381,7 +381,7 @@ def _watch_equality(reporter):
         paths = [a for a in args if isinstance(a, str) or hasattr(a, "__fspath__")]  # not the source (bytes)
         path = str(paths[0]) if paths else kwargs.get("module_path")
         if path is None or ours(path):
-            reporter.bindings[str(path)] = _bindings(ast, mod)  # the statements as its source wrote them
+            reporter.bindings[str(path)] = _bindings(ast, mod, reporter.imported)  # as its source wrote them
         original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
         if path is None or ours(path):
             transform.module(mod)
@@ -400,14 +400,15 @@ REWRITE_NAMES = {"@py_builtins": "builtins", "@pytest_ar": "_pytest.assertion.re
 """What pytest's rewrite binds in every module it rewrites: these modules, always."""
 
 
-def _bindings(ast, mod):
+def _bindings(ast, mod, imported):
     """The top-level names a test module binds only by an absolute import, a ``def`` or a
     ``class`` (in its body or a top-level ``if`` / ``try`` block), each with how ({name:
     [way]}: the module ``import`` named, "def" for an undecorated def or class, "" else);
     after each such statement a call ``@swerl_bound((names...))`` is inserted, which records
     what the statement bound: what :meth:`Reporter.rebound` expects the names to hold at the
     end. A name the module also binds any other way (assigned, ``global``, an exception's
-    name, a nested def) is left out."""
+    name, a nested def) is left out. Adds the top-level package of every absolute import,
+    anywhere in the module, to ``imported``."""
     eligible, other = {}, set()
     compound = (ast.If, ast.Try) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
     defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -452,8 +453,10 @@ def _bindings(ast, mod):
             other.update(node.names)
         elif kind in defs and id(node) not in placed:
             other.add(node.name)
-        elif kind in (ast.Import, ast.ImportFrom) and not placed:
-            pass
+        elif kind is ast.Import:
+            imported.update(a.name.split(".")[0] for a in node.names)
+        elif kind is ast.ImportFrom and not node.level and node.module:
+            imported.add(node.module.split(".")[0])
     return {name: ways for name, ways in eligible.items() if name not in other}
 
 
@@ -603,6 +606,7 @@ class Reporter:
         self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
         self.bindings = {}  # rewritten file -> its names bound only by import, def or class (_bindings)
         self.bound = {}  # id(module globals) -> (globals, {name: what its statement bound})
+        self.imported = set()  # top-level packages the rewritten modules import (see planted)
         self.test_globals = {}  # id -> the globals of each test function run from such a file
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
@@ -730,9 +734,53 @@ class Reporter:
             then, now = recorded.get(name, _MISSING), names.get(name, _MISSING)
             if then is _MISSING or now is _MISSING:
                 continue  # the statement never ran (an import in a try block that failed)
-            if now is not then or not any(self._as_bound(now, way, names) for way in ways):
+            try:
+                same = now is then and any(self._as_bound(now, way, names) for way in ways)
+            except Exception:  # an object that raises when asked what it is: not what was bound
+                same = False
+            if not same:
                 out.append(name)
         return out
+
+    def planted(self):
+        """What the change's code (a changed or run-written file, or code the change compiled
+        under a name of its own) put into the modules the tests import from outside the
+        repository: the assertion helpers the tests call (``numpy.testing``'s, ``math.isclose``)
+        are theirs, not the change's. Every public name of every module of each such package
+        is read at the end, by value (no baseline is needed); not ``builtins`` (snapshotted),
+        nor ``sys`` and ``warnings``, whose hook slots (``excepthook``, ``showwarning``)
+        applications set, nor private names (``logging.setLoggerClass`` sets one)."""
+        guard = getattr(self, "guard", None)
+        made = (guard.made - guard.shared) if guard is not None else set()
+        root = os.path.realpath(self.root)
+        out, seen = [], {}
+        for name, mod in list(sys.modules.items()):
+            top = str(name).split(".")[0]
+            if top not in self.imported or top in ("sys", "builtins", "warnings") or mod is None:
+                continue
+            path = _namespace(mod).get("__file__") or ""
+            if not isinstance(path, str) or (path and _inside(os.path.realpath(path), root)):
+                continue  # the repository's own package: the change's to shape
+            for attr, value in list(_namespace(mod).items()):
+                if attr.startswith("_"):
+                    continue
+                try:  # whatever the value is (a mock answers every attribute)
+                    code = getattr(_unwrap(value), "__code__", None)
+                    if isinstance(value, type):
+                        owner = sys.modules.get(str(getattr(value, "__module__", "")))
+                        where = getattr(owner, "__file__", None)
+                    else:
+                        where = code.co_filename if isinstance(code, types.CodeType) else None
+                except Exception:
+                    continue
+                if not where or not isinstance(where, str):
+                    continue
+                if where not in seen:
+                    seen[where] = (where in made) if where.startswith("<") else self._file_why(where)
+                why = seen[where]
+                if why and not str(why).startswith("generated"):
+                    out.append(name + "." + attr)
+        return sorted(out)
 
     def _as_bound(self, value, way, names):
         """Whether ``value`` can be what the statement made, whenever it ran (a thread may
@@ -882,6 +930,11 @@ class Reporter:
         spaces += [
             d for d in map(_namespace, list(sys.modules.values())) if d.get("__file__") in self.rewritten
         ]
+        planted = self.planted()
+        if planted:
+            self.tampered.append(
+                "the change's code was put into a module the tests import: " + ", ".join(planted[:8])
+            )
         for names in spaces:
             why = self.rerouted(names) or self.copies_held(names)
             if why:
