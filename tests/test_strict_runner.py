@@ -904,6 +904,8 @@ def _tests_globals():  # the importing test module's namespace, found through th
         f = f.f_back
 """
 RAISES_TESTS = {
+    "constant": "from pkg import add\n\nEXPECTED = 3\n\n\ndef test_add():\n    assert add(1, 2) == EXPECTED\n\n\n"
+    "def test_zero():\n    assert add(0, 0) == 0\n",
     "local-import": "from pkg import add\n\n\ndef test_add():\n    import pytest\n\n"
     "    with pytest.raises(ValueError):\n        add(1, 2)\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n",
     "top-import": "import pytest\n\nfrom pkg import add\n\n\ndef test_add():\n"
@@ -945,6 +947,12 @@ REBINDING = {
         "        g['check'] = lambda *a: None\n    return _add(a, b)\n",
         "helper",
         "no longer holds what its own statements bound: check",
+    ),
+    "expected-value": (  # the expected value, a module constant, rebound by the code under test
+        "\nimport sys as _s\n_add = add\n\n\ndef add(a, b):\n"
+        "    _s._getframe(1).f_globals['EXPECTED'] = _add(a, b)\n    return _add(a, b)\n",
+        "constant",
+        "no longer holds what its own statements bound: EXPECTED",
     ),
     "test-builtins": (  # the test module's own builtins (its functions read them), not the interpreter's
         NO_RAISE + "\n\ndef _import(name, *args, **kwargs):\n    mod = __import__(name, *args, **kwargs)\n"
@@ -990,6 +998,12 @@ else:
 from pkg import add
 
 CALLS = []
+np = pytest.importorskip("json")
+LIMIT: int = 3
+LIMIT += 1
+A, B = 1, 2
+SETTINGS = {"a": 1}
+SETTINGS["b"] = 2  # mutated, not rebound
 
 
 @functools.lru_cache(maxsize=None)

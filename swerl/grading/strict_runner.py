@@ -401,13 +401,15 @@ REWRITE_NAMES = {"@py_builtins": "builtins", "@pytest_ar": "_pytest.assertion.re
 
 
 def _bindings(ast, mod, imported):
-    """The top-level names a test module binds only by an absolute import, a ``def`` or a
-    ``class`` (in its body or a top-level ``if`` / ``try`` block), each with how ({name:
+    """The top-level names a test module binds only by top-level statements (an absolute
+    import, a ``def`` or ``class``, an assignment to plain names: ``EXPECTED = ...``,
+    ``np = pytest.importorskip("numpy")``; in its body or a top-level ``if`` / ``try``
+    block), each with how ({name:
     [way]}: the module ``import`` named, "def" for an undecorated def or class, "" else);
     after each such statement a call ``@swerl_bound((names...))`` is inserted, which records
     what the statement bound: what :meth:`Reporter.rebound` expects the names to hold at the
-    end. A name the module also binds any other way (assigned, ``global``, an exception's
-    name, a nested def) is left out. Adds the top-level package of every absolute import,
+    end. A name the module also binds any other way (in a function with ``global``, a loop,
+    ``del``, an exception's name, a nested def) is left out. Adds the top-level package of every absolute import,
     anywhere in the module, to ``imported``."""
     eligible, other = {}, set()
     compound = (ast.If, ast.Try) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
@@ -435,6 +437,13 @@ def _bindings(ast, mod, imported):
                 names = [node.name]
                 ways = ["" if node.decorator_list else "def"]
                 placed.add(id(node))
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                flat = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]
+                if getattr(node, "value", None) is not None and all(type(e) is ast.Name for e in flat):
+                    names = [e.id for e in flat]
+                    ways = [""] * len(names)
+                    placed.update(map(id, flat))
             if names:
                 for name, way in zip(names, ways):  # noqa: B905 (3.6 syntax)
                     eligible.setdefault(name, []).append(way)
@@ -447,7 +456,7 @@ def _bindings(ast, mod, imported):
                 body.insert(i + 1, stmt)
     for node in ast.walk(mod):  # every other binding of a name, anywhere in the module
         kind = type(node)
-        if kind is ast.Name and type(node.ctx) is not ast.Load:
+        if kind is ast.Name and type(node.ctx) is not ast.Load and id(node) not in placed:
             other.add(node.id)
         elif kind in (ast.Global, ast.Nonlocal):
             other.update(node.names)
