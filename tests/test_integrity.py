@@ -511,3 +511,38 @@ def test_a_runner_directory_that_cannot_be_set_up_is_an_infra_error(tk1, task_im
     res = grade(tk1, tk1.patch, sandbox_factory=factory, mode="strict", retries=0)
     assert res.status is GradeStatus.INFRA_ERROR and res.reward is None
     assert "could not be prepared" in res.error and "+ cd /testbed" not in res.error, res.error
+
+
+@pytest.mark.parametrize("shown", ["whole", "cut"])
+def test_the_listing_before_the_apply_comes_from_its_output_or_its_file(
+    tk1, factory_strict, monkeypatch, shown
+):
+    """A short listing of the tree before the apply comes back in the apply command's own output
+    (no read); a longer one (here: anything over 16 bytes) is read back whole from its file.
+    The same clean pass either way, and the runner's directory keeps no archive (with its key)."""
+    import importlib
+
+    if shown == "cut":
+        monkeypatch.setattr(importlib.import_module("swerl.grading.grade"), "SHOWN_BYTES", 16)
+    reads, kept = [], []
+
+    def factory(image):
+        sb = factory_strict(image)
+        read, close = sb.read_file, sb.close
+
+        def counted(path):
+            reads.append(path)
+            return read(path)
+
+        def closing():
+            kept.append(sb.execute("cat /tmp/.swerl-strict-*.tar | wc -c", cwd="/").output.strip())
+            close()
+
+        sb.read_file, sb.close = counted, closing
+        return sb
+
+    res = grade(tk1, tk1.patch, sandbox_factory=factory, mode="strict", retries=0)
+    assert res.resolved and res.integrity.clean and res.integrity.verdict == VERDICT_RUNNER, res.log[-1500:]
+    before = [p for p in reads if "/.swerl-before-" in p]
+    assert len(before) == (0 if shown == "whole" else 1), reads
+    assert kept == ["0"]

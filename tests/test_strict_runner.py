@@ -751,6 +751,38 @@ CLASS_COPY = (
     'c = g["TestAdd"]; t = vars(c)["test_add"]\n'
     '    c.test_add = types.FunctionType(t.__code__, g, "test_add", (add(1, 2),))'
 )
+NAMESAKE_TESTS = """from pkg import add
+
+
+def test_zero():
+    assert add(0, 0) == 0
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+class TestLater:
+    def test_add(self):
+        pass
+"""
+NAMESAKE_SWAP = """
+import sys
+
+_add = add
+
+
+def add(a, b):  # while test_zero runs: test_add's item gets the passing namesake of another class
+    f = sys._getframe(1)
+    while f is not None and "pyfuncitem" not in f.f_locals:
+        f = f.f_back
+    items = f.f_locals["pyfuncitem"].session.items
+    later = [i for i in items if i.name == "test_add" and i.cls is not None][0]
+    for item in items:
+        if item.nodeid == "tests/test_add.py::test_add":
+            item.obj = later.obj
+    return _add(a, b)
+"""
 EARLY_COPY = """
 import sys
 import types
@@ -819,6 +851,7 @@ def add(a, b):  # while test_zero runs: test_add's item gets a copy with the def
         (ITEM_SWAP, ITEM_SWAP_TESTS, "test tests/test_add.py::test_add was replaced by a copy"),
         (EARLY_COPY, TEST_SWAP_TESTS, "or one made after it first copied that code"),
         (SWAP.format(body=CLASS_COPY), CLASS_SWAP_TESTS, "TestAdd::test_add was replaced by a copy"),
+        (NAMESAKE_SWAP, NAMESAKE_TESTS, "another def of its name (line 13) than the top level's"),
     ],
     ids=[
         "test-copy-in-globals",
@@ -828,6 +861,7 @@ def add(a, b):  # while test_zero runs: test_add's item gets a copy with the def
         "item-obj",
         "test-given-defaults-after-an-early-copy",
         "test-method-copy-in-its-class",
+        "item-obj-namesake-of-another-class",
     ],
 )
 def test_a_copy_put_in_a_tests_place_is_refused(tmp_path, tail, tests, reason):

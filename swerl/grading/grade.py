@@ -140,13 +140,21 @@ def evaluate(
             t = time.monotonic()
         elif integrity is not None:  # scrub and first listing in the apply command: one round trip
             before_file = f"/tmp/.swerl-before-{secrets.token_hex(8)}"
-            first = f"{{ {_scrub_and_list_command()}; }} > {before_file} 2>&1"
+            first = _list_while_scrubbing(before_file)
             then = _tree_command(instance.base_commit)
-        applied, apply_output, apply_command, listed = (
-            (True, "", "", None) if not patch else _apply(sb, patch, strict, then=then, first=first)
+        applied, apply_output, apply_command, listed, shown = (
+            (True, "", "", None, None)
+            if not patch
+            else _apply(sb, patch, strict, then=then, first=first, first_file=before_file)
         )
-        if before_file:
-            before = _scrub_and_list(sb, _read_bytes(sb, before_file) or b"")
+        if before_file:  # printed by the apply command when short; else read back whole
+            raw = shown if shown is not None else _read_bytes(sb, before_file) or b""
+            listing, split, said = raw.removesuffix(_LISTED).rpartition(_SPLIT)
+            if not split:
+                raise SandboxError(
+                    f"cannot scrub or list the repository: {raw[-500:].decode(errors='replace')}"
+                )
+            before = _scrub_and_list(sb, said + _SPLIT + listing)
         timings["apply"] = time.monotonic() - t
         if integrity is not None and _GIT_WRITTEN in apply_output:
             integrity.reverted[".git"] = (
@@ -238,6 +246,21 @@ def _scrub_and_list_command() -> str:
     return (
         f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {shlex.quote(CONTAINER_WORKDIR)} && "
         f"printf '\\0//SWERL-SPLIT//\\0' && {LIST_TREE}"
+    )
+
+
+def _list_while_scrubbing(path: str) -> str:
+    """:func:`_scrub_and_list_command`'s two steps at once, into ``path``: the listing, then
+    :data:`_SPLIT`, what the scrub said and :data:`_LISTED`. The scrub of a clean repository
+    writes nothing (it only reads and counts), so the listing taken beside it stands; after one
+    that dropped something the tree is listed again. Fails (no :data:`_LISTED`) when either
+    step did."""
+    f = shlex.quote(path)
+    scrub = f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {shlex.quote(CONTAINER_WORKDIR)}"
+    return (
+        f"{{ {LIST_TREE} > {f} 2>&1 & l=$!; said=$({scrub} 2>&1); s=$?; wait $l; w=$?; "
+        f"if [ $s -eq 0 ]; then case $said in *clean) ;; *) {LIST_TREE} > {f} 2>&1; w=$? ;; esac; fi; "
+        f"[ $s -eq 0 ] && [ $w -eq 0 ] && printf '\\0//SWERL-SPLIT//\\0%s\\0//SWERL-LISTED//\\0' \"$said\" >> {f}; }}"
     )
 
 
@@ -365,7 +388,7 @@ def _write_run_dir(
     d = shlex.quote(run.path)
     _write(sb, f"{run.path}.tar", buf.getvalue())
     setup = (
-        f"{{ tar -C {shlex.quote(os.path.dirname(run.path))} -xf {d}.tar && rm -f {d}.tar && "
+        f"{{ tar -C {shlex.quote(os.path.dirname(run.path))} -xf {d}.tar && : > {d}.tar && "
         f"{setup_command(run, instance.base_commit, configs)}; }} >{d}.log 2>&1"
     )
     return (
@@ -413,24 +436,38 @@ rm -rf "$s"; exit $rc
 
 _APPLYING = b"\0//SWERL-APPLYING//\0"
 """Printed once the ``first`` step succeeded, right before the first apply attempt."""
+_LISTED = b"\0//SWERL-LISTED//\0"
+"""Ends the strict ``first`` step's file once the scrub and the listing succeeded
+(:func:`_list_while_scrubbing`)."""
+_SHOWN = b"\0//SWERL-SHOWN//\0"
+"""Follows the head of the ``first`` step's file, printed after :data:`_APPLYING` (no listing
+entry starts with ``/``: a path is relative, a record starts with its type letter)."""
+SHOWN_BYTES = 65536
+"""How much of the ``first`` step's file the apply command prints: a small repository's whole
+listing (read from the output, no round trip); a larger one is read back whole, and its
+listing never crowds the after-apply listing out of the output cap."""
+_CUT = b" bytes of output truncated ...]\n"
+"""The end of the channel's notice where it dropped the middle of a long output."""
 _APPLIED = b"\0//SWERL-APPLIED//\0"
 """Separates the apply command's own output from the listing run after it (neither a
 ``find -printf '%P'`` name nor a tracked path can hold it; the last one counts)."""
 
 
 def _apply(
-    sb: Sandbox, patch: str, strict: bool = False, then: str = "", first: str = ""
-) -> tuple[bool, str, str, bytes | None]:
+    sb: Sandbox, patch: str, strict: bool = False, then: str = "", first: str = "", first_file: str = ""
+) -> tuple[bool, str, str, bytes | None, bytes | None]:
     """The harness's fallback chain, then its "already applied" reverse check.
 
     Strict mode runs the chain's ``patch`` step (which, unlike ``git apply``, would
     write into ``.git``) in a scratch copy of HEAD (:data:`SCRATCH_PATCH`). ``then``: a
     command run right after a successful apply in the same round trip, its output read whole;
-    ``first``: one run before the first attempt in its round trip (its output must go to a file),
+    ``first``: one run before the first attempt in its round trip (its output must go to a file,
+    ``first_file``, whose head the same command prints back: no round trip to read a short one),
     the apply only if it succeeds. -> (applied, every attempt's output, the command that applied
-    it or "", ``then``'s output or None when it was not read whole)."""
+    it or "", ``then``'s output or None when it was not read whole, ``first_file``'s content
+    when it ends with :data:`_LISTED` and was printed whole, else None)."""
     _write(sb, CONTAINER_PATCH_FILE, patch.encode())
-    out = ""
+    out, shown = "", None
     for attempt, cmd in enumerate(GIT_APPLY_CMDS):
         if attempt:
             sb.execute(RESET_TREE, cwd=CONTAINER_WORKDIR)
@@ -442,7 +479,12 @@ def _apply(
             run = f"{run}; rc=$?; if [ $rc -eq 0 ]; then printf '\\0//SWERL-APPLIED//\\0'; {then} || rc=124; fi; exit $rc"
         timeout = None
         if first and not attempt:  # a scrub that repacks may take long: the time it had on its own
-            run, timeout = f"{first} && printf '\\0//SWERL-APPLYING//\\0' && {{ {run}; }}", 600.0
+            show = (
+                f" && head -c {SHOWN_BYTES} -- {shlex.quote(first_file)} && printf '\\0//SWERL-SHOWN//\\0'"
+                if first_file
+                else ""
+            )
+            run, timeout = f"{first} && printf '\\0//SWERL-APPLYING//\\0'{show} && {{ {run}; }}", 600.0
         r = sb.execute(run, cwd=CONTAINER_WORKDIR, timeout=timeout)
         raw, listed = r.raw, None
         if first and not attempt:
@@ -451,6 +493,13 @@ def _apply(
                     f"cannot scrub or list the repository (exit {r.returncode}): {r.output[-500:]}"
                 )
             raw = raw.partition(_APPLYING)[2]
+            if first_file:
+                text, found, rest = raw.partition(_SHOWN)
+                if not found and not r.truncated:  # the listing was made but cannot be printed
+                    raise SandboxError(f"cannot read back the repository's listing: {r.output[-500:]}")
+                complete = found and not r.truncated and text.endswith(_LISTED)
+                shown = text if complete else None
+                raw = rest if found else raw.rpartition(_CUT)[2]
         if then and _APPLIED in raw:
             raw, _, tail = raw.rpartition(_APPLIED)
             listed = tail if r.ok and not r.truncated else None
@@ -460,10 +509,10 @@ def _apply(
             raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
         out += f"$ {cmd}\n{raw.decode('utf-8', errors='replace')}"
         if r.ok:
-            return True, out, cmd, listed
+            return True, out, cmd, listed, shown
     reverse = "git apply --check --reverse"
     r = sb.execute(f"{reverse} {CONTAINER_PATCH_FILE}", cwd=CONTAINER_WORKDIR)
-    return r.ok, out, reverse if r.ok else "", None
+    return r.ok, out, reverse if r.ok else "", None, shown
 
 
 def judge(instance: Instance, patch: str, text: str) -> tuple[GradeStatus, dict[str, str], dict[str, Any]]:

@@ -611,6 +611,7 @@ class Reporter:
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
         self.eq_code = {}  # (type, method name) -> (method, why) if the change made it, else None
+        self.defs = {}  # test file -> its defs' first lines, for _misplaced
         self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
         self.bindings = {}  # rewritten file -> its names bound only by import, def or class (_bindings)
         self.bound = {}  # id(module globals) -> (globals, {name: what its statement bound})
@@ -1233,7 +1234,8 @@ def _wrap_call(reporter):
             why = ""
         if "runtest" in getattr(item, "__dict__", {}):  # pytest never sets it; the class's is watched
             why = why or "a runtest set on the item itself"
-        why = why or _renamed(item) or reporter.copied(getattr(item, "obj", None))
+        why = why or _renamed(item) or _misplaced(item, reporter.defs)
+        why = why or reporter.copied(getattr(item, "obj", None))
         reporter.current = item.nodeid
         outcome = yield
         try:
@@ -1271,6 +1273,55 @@ def _renamed(item):
     if re.search(r"^[ \t]*(async[ \t]+)?def[ \t]+" + re.escape(name) + r"[ \t]*\(", text, re.M):
         return "another function (" + code.co_name + ") bound to its name"
     return ""
+
+
+def _misplaced(item, defs):
+    """A test whose function has its name but is another ``def`` of its file (a passing namesake
+    of another class bound in its place): the function pytest calls must be one the file defines
+    where the item is, at the top level for a module's test, in a class of the item's class's
+    MRO for a method. ``defs``: {path: {(class name or None, name): first lines}}, filled here."""
+    name = getattr(item, "originalname", None) or getattr(item, "name", "")
+    fn = getattr(item, "obj", None)
+    fn = getattr(fn, "__func__", fn)
+    while getattr(fn, "__wrapped__", None) is not None:
+        fn = fn.__wrapped__
+    code = getattr(fn, "__code__", None)
+    path = os.path.realpath(str(getattr(item, "fspath", "") or ""))
+    if code is None or code.co_name != name or os.path.realpath(code.co_filename) != path:
+        return ""
+    if path not in defs:
+        defs[path] = _defs(path)
+    cls = getattr(item, "cls", None)
+    owners = [c.__name__ for c in cls.__mro__] if isinstance(cls, type) else [None]
+    lines = set().union(*[defs[path].get((owner, name), ()) for owner in owners])
+    if lines and code.co_firstlineno not in lines:
+        where = "the top level" if cls is None else "class " + cls.__name__
+        return "another def of its name (line " + str(code.co_firstlineno) + ") than " + where + "'s"
+    return ""
+
+
+def _defs(path):
+    """{(class name or None, name): first lines (decorator or ``def``)} of the functions ``path``
+    defines at its top level or directly in a class body ({} if it does not parse)."""
+    import ast
+
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    out, todo = {}, [(tree, None)]
+    while todo:
+        node, owner = todo.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = [child.lineno] + [d.lineno for d in child.decorator_list]
+                out.setdefault((owner, child.name), set()).update((child.lineno, min(first)))
+            elif isinstance(child, ast.ClassDef):
+                todo.append((child, child.name))
+            elif isinstance(child, ast.stmt):  # if / try / with blocks at the same level
+                todo.append((child, owner))
+    return out
 
 
 def pinned(args, mirror, cwd):
