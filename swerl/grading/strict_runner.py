@@ -1253,15 +1253,21 @@ def _wrap_call(reporter):
     return pytest_runtest_call
 
 
-def _renamed(item):
-    """A test the file defines with ``def NAME`` but whose collected function is another one
-    (a sibling bound to its name; an alias like ``test_b = test_a`` has no ``def`` and passes)."""
-    name = getattr(item, "originalname", None) or getattr(item, "name", "")
+def _name_and_code(item):
+    """The name a test's file gives it and the code of the function it runs (decorators'
+    ``__wrapped__`` followed; None for no function)."""
     fn = getattr(item, "obj", None)
     fn = getattr(fn, "__func__", fn)
     while getattr(fn, "__wrapped__", None) is not None:
         fn = fn.__wrapped__
-    code = getattr(fn, "__code__", None)
+    name = getattr(item, "originalname", None) or getattr(item, "name", "")
+    return name, getattr(fn, "__code__", None)
+
+
+def _renamed(item):
+    """A test the file defines with ``def NAME`` but whose collected function is another one
+    (a sibling bound to its name; an alias like ``test_b = test_a`` has no ``def`` and passes)."""
+    name, code = _name_and_code(item)
     path = str(getattr(item, "fspath", "") or "")
     if code is None or code.co_name == name or not path.endswith(".py"):
         return ""
@@ -1280,12 +1286,7 @@ def _misplaced(item, defs):
     of another class bound in its place): the function pytest calls must be one the file defines
     where the item is, at the top level for a module's test, in a class of the item's class's
     MRO for a method. ``defs``: {path: {(class name or None, name): first lines}}, filled here."""
-    name = getattr(item, "originalname", None) or getattr(item, "name", "")
-    fn = getattr(item, "obj", None)
-    fn = getattr(fn, "__func__", fn)
-    while getattr(fn, "__wrapped__", None) is not None:
-        fn = fn.__wrapped__
-    code = getattr(fn, "__code__", None)
+    name, code = _name_and_code(item)
     path = os.path.realpath(str(getattr(item, "fspath", "") or ""))
     if code is None or code.co_name != name or os.path.realpath(code.co_filename) != path:
         return ""
