@@ -148,13 +148,9 @@ def evaluate(
             else _apply(sb, patch, strict, then=then, first=first, first_file=before_file)
         )
         if before_file:  # printed by the apply command when short; else read back whole
-            raw = shown if shown is not None else _read_bytes(sb, before_file) or b""
-            listing, split, said = raw.removesuffix(_LISTED).rpartition(_SPLIT)
-            if not split:
-                raise SandboxError(
-                    f"cannot scrub or list the repository: {raw[-500:].decode(errors='replace')}"
-                )
-            before = _scrub_and_list(sb, said + _SPLIT + listing)
+            before = _listed_while_scrubbing(
+                shown if shown is not None else _read_bytes(sb, before_file) or b""
+            )
         timings["apply"] = time.monotonic() - t
         if integrity is not None and _GIT_WRITTEN in apply_output:
             integrity.reverted[".git"] = (
@@ -264,19 +260,31 @@ def _list_while_scrubbing(path: str) -> str:
     )
 
 
-def _scrub_and_list(sb: Sandbox, raw: bytes | None = None) -> dict[str, Entry]:
-    """Run :func:`_scrub_and_list_command` (one round trip), or read ``raw``: its output, which
-    the apply step's command wrote to a file. Raises SandboxError when either step failed."""
-    truncated = False
-    if raw is None:
-        r = sb.execute(_scrub_and_list_command(), cwd=CONTAINER_WORKDIR, timeout=600.0)
-        raw, truncated = r.raw, r.truncated
-        if not r.ok and _SPLIT in raw:
-            raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
-    said, split, listing = raw.partition(_SPLIT)
-    if not split or said.decode(errors="replace").strip().splitlines()[-1:] not in (["clean"], ["scrubbed"]):
+def _scrub_and_list(sb: Sandbox) -> dict[str, Entry]:
+    """Run :func:`_scrub_and_list_command` (one round trip). Raises SandboxError when either
+    step failed."""
+    r = sb.execute(_scrub_and_list_command(), cwd=CONTAINER_WORKDIR, timeout=600.0)
+    if not r.ok and _SPLIT in r.raw:
+        raise SandboxError(f"cannot list the repository: {r.output[-500:]}")
+    said, split, listing = r.raw.partition(_SPLIT)
+    _check_scrubbed(said if split else b"", r.raw)
+    return _list_tree(sb) if r.truncated else parse_listing(listing)
+
+
+def _listed_while_scrubbing(raw: bytes) -> dict[str, Entry]:
+    """The listing in ``raw``, the file :func:`_list_while_scrubbing` wrote. Raises SandboxError
+    when either step failed."""
+    listing, split, said = raw.removesuffix(_LISTED).rpartition(_SPLIT)
+    if not split:
+        raise SandboxError(f"cannot scrub or list the repository: {raw[-500:].decode(errors='replace')}")
+    _check_scrubbed(said, raw)
+    return parse_listing(listing)
+
+
+def _check_scrubbed(said: bytes, raw: bytes) -> None:
+    """Raise unless the scrub's last line (``said``) says the history is clean or was scrubbed."""
+    if said.decode(errors="replace").strip().splitlines()[-1:] not in (["clean"], ["scrubbed"]):
         raise SandboxError(f"cannot scrub the git history: {raw[-500:].decode(errors='replace')}")
-    return _list_tree(sb) if truncated else parse_listing(listing)
 
 
 def _nul_list(paths: list[str]) -> bytes:
