@@ -381,6 +381,8 @@ def _watch_equality(reporter):
         paths = [a for a in args if isinstance(a, str) or hasattr(a, "__fspath__")]  # not the source (bytes)
         path = str(paths[0]) if paths else kwargs.get("module_path")
         if path is None or ours(path):
+            if path is not None:  # the tree pytest parsed: _misplaced reads no file again
+                reporter.defs[os.path.realpath(str(path))] = _defs_in(ast, mod)
             reporter.bindings[str(path)] = _bindings(ast, mod, reporter.imported)  # as its source wrote them
         original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
         if path is None or ours(path):
@@ -760,7 +762,6 @@ class Reporter:
         nor ``sys`` and ``warnings``, whose hook slots (``excepthook``, ``showwarning``)
         applications set, nor private names (``logging.setLoggerClass`` sets one)."""
         guard = getattr(self, "guard", None)
-        made = (guard.made - guard.shared) if guard is not None else set()
         root = os.path.realpath(self.root)
         out, seen = [], {}
         for name, mod in list(sys.modules.items()):
@@ -785,7 +786,8 @@ class Reporter:
                 if not where or not isinstance(where, str):
                     continue
                 if where not in seen:
-                    seen[where] = (where in made) if where.startswith("<") else self._file_why(where)
+                    own = guard is not None and guard.compiled_only_by_change(where)
+                    seen[where] = own if where.startswith("<") else self._file_why(where)
                 why = seen[where]
                 if why and not str(why).startswith("generated"):
                     out.append(name + "." + attr)
@@ -1048,11 +1050,15 @@ class Guard:
         defaults it may set (boltons' ``FunctionBuilder``); a shared name (``<string>``: every
         ``exec`` of text, every dataclass ``__init__``) is nobody's."""
 
+    def compiled_only_by_change(self, name):
+        """Whether the change's code compiled under the ``<...>`` name ``name`` and no other code did."""
+        return name in self.made and name not in self.shared
+
     def _mine(self, code):
         """Whether ``code`` is the change's own: from a changed file, or compiled by the change's
         code under a ``<...>`` name no other code compiled under."""
         name = getattr(code, "co_filename", None)
-        return isinstance(name, str) and ((name in self.made and name not in self.shared) or self._ours(name))
+        return isinstance(name, str) and (self.compiled_only_by_change(name) or self._ours(name))
 
     def _copy(self, fn):
         """Whether ``fn`` is a function the change's code made from another's code (a copy): one
@@ -1285,7 +1291,8 @@ def _misplaced(item, defs):
     """A test whose function has its name but is another ``def`` of its file (a passing namesake
     of another class bound in its place): the function pytest calls must be one the file defines
     where the item is, at the top level for a module's test, in a class of the item's class's
-    MRO for a method. ``defs``: {path: {(class name or None, name): first lines}}, filled here."""
+    MRO for a method. ``defs``: {path: {(class name or None, name): first lines}}, filled by the
+    rewrite hook (:func:`_watch_equality`), else here."""
     name, code = _name_and_code(item)
     path = os.path.realpath(str(getattr(item, "fspath", "") or ""))
     if code is None or code.co_name != name or os.path.realpath(code.co_filename) != path:
@@ -1302,15 +1309,20 @@ def _misplaced(item, defs):
 
 
 def _defs(path):
-    """{(class name or None, name): first lines (decorator or ``def``)} of the functions ``path``
-    defines at its top level or directly in a class body ({} if it does not parse)."""
+    """:func:`_defs_in` of the file at ``path`` ({} if it does not parse): for a test file
+    pytest did not rewrite (the rewrite hook fills ``Reporter.defs`` from its own tree)."""
     import ast
 
     try:
         with open(path, "rb") as f:
-            tree = ast.parse(f.read())
+            return _defs_in(ast, ast.parse(f.read()))
     except (OSError, SyntaxError, ValueError):
         return {}
+
+
+def _defs_in(ast, tree):
+    """{(class name or None, name): first lines (decorator or ``def``)} of the functions the
+    module ``tree`` defines at its top level or directly in a class body."""
     out, todo = {}, [(tree, None)]
     while todo:
         node, owner = todo.pop()
