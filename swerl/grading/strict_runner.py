@@ -612,13 +612,14 @@ def _pure(ast, node):
 
 
 def _literal_sides(ast, mod, bindings):
-    """{position of a one-operator comparison: which operand (0 or 1) the test wrote as a
-    literal}: a constant, a display (list, tuple, set, dict, comprehension, f-string: its
+    """{id: node} of each operand of a one-operator comparison that the test wrote as a
+    literal: a constant, a display (list, tuple, set, dict, comprehension, f-string: its
     value is of that builtin type whatever its elements), or a name the module binds once, at
     the top level, to a literal of data (``EXPECTED = ["a", "b"]``) and nowhere else (no
     function takes it as a parameter). Read from the tree as the source wrote it: pytest's
-    rewrite then names every operand of an assert (``@py_assertN``), keeping the comparison's
-    position (see _Equality.compare)."""
+    rewrite then assigns each operand node of an assert to a name (``@py_assertN``) and
+    compares the names (see _Equality.named); positions are not kept (pytest 7 gives every
+    node of an assert the assert's)."""
     consts = set()
     for node in mod.body:
         if type(node) is ast.Assign and len(node.targets) == 1 and type(node.targets[0]) is ast.Name:
@@ -645,22 +646,10 @@ def _literal_sides(ast, mod, bindings):
 
     out = {}
     for node in compares:
-        k = 1 if literal(node.comparators[0]) else 0 if literal(node.left) else -1
-        if k >= 0:
-            out[_where(node)] = k
+        for side in (node.comparators[0], node.left):
+            if literal(side):
+                out[id(side)] = side
     return out
-
-
-def _where(node):
-    """A comparison's position and operator: pytest's rewrite of an assert builds a new
-    ``Compare`` at the original's position (``copy_location``), with the same operator."""
-    return (
-        node.lineno,
-        node.col_offset,
-        getattr(node, "end_lineno", None),
-        getattr(node, "end_col_offset", None),
-        type(node.ops[0]).__name__,
-    )
 
 
 class _Equality:
@@ -673,7 +662,7 @@ class _Equality:
 
     def __init__(self, ast):
         self.ast = ast
-        self.literal = {}  # the module's comparisons with a literal operand (_literal_sides)
+        self.literal = {}  # the module's literal operands of comparisons (_literal_sides)
 
     def module(self, mod):
         ast = self.ast
@@ -698,6 +687,7 @@ class _Equality:
         operand may hold comparisons of its own)."""
         ast = self.ast
         AST, Compare, If, skip, compare = ast.AST, ast.Compare, ast.If, self.SKIP, self.compare
+        Assign, literal = ast.Assign, self.literal
         old = ("Num", "Str", "Bytes", "NameConstant") if sys.version_info < (3, 8) else ()  # 3.12 warns
         leaves = frozenset([ast.Name, ast.Constant] + [getattr(ast, n) for n in old])  # hold no expression
         stack = [mod]
@@ -710,9 +700,12 @@ class _Equality:
                     continue
                 value = getattr(node, field, None)
                 if isinstance(value, list):
+                    temps = {} if literal else None  # pytest's @py_assertN names of literals, in order
                     for i, item in enumerate(value):
                         if type(item) is Compare:
                             value[i] = item = compare(item)
+                        elif temps is not None and type(item) is Assign and len(item.targets) == 1:
+                            self.named(item, temps)
                         if isinstance(item, AST) and type(item) not in leaves:
                             stack.append(item)
                 elif isinstance(value, AST) and type(value) not in leaves:
@@ -720,6 +713,20 @@ class _Equality:
                         value = compare(value)
                         setattr(node, field, value)
                     stack.append(value)
+
+    def named(self, stmt, temps):
+        """``@py_assertN = <literal>`` (pytest's rewrite names each operand of an assert before
+        comparing the names, in the same statement list): remember it; compare the names of
+        ``@py_assertM = @py_assertJ == @py_assertK`` now, with what the list assigned so far."""
+        target, value = stmt.targets[0], stmt.value
+        if type(target) is not self.ast.Name or not target.id.startswith("@py_assert"):
+            return
+        if self.literal.get(id(value)) is value:
+            temps[target.id] = value
+        elif type(value) is self.ast.Compare:
+            stmt.value = self.compare(value, temps)
+        else:
+            temps.pop(target.id, None)
 
     def failed_assert(self, node):
         """Whether ``node`` is ``if not @py_assertN: ...; raise``: the branch pytest's rewrite
@@ -736,14 +743,14 @@ class _Equality:
             and type(node.body[-1]) is ast.Raise
         )
 
-    def compare(self, node):
+    def compare(self, node, temps=None):
         ast = self.ast
         kinds = [type(op).__name__ for op in node.ops]
         if not any(k in self.OPS for k in kinds):
             return node
         if len(kinds) == 1:
             args = [node.left, node.comparators[0]]
-            k = self.literal.get(_where(node), -1) if self.literal else -1
+            k = self.side(args, temps) if self.literal else -1
             if k >= 0:  # which operand the test wrote as a literal
                 args.append(
                     ast.copy_location(ast.Constant(k) if hasattr(ast, "Constant") else ast.Num(k), node)
@@ -753,6 +760,17 @@ class _Equality:
             return node
         wrapped = [self.call("@swerl_chain", [e], e) for e in [node.left, *node.comparators]]
         return ast.copy_location(ast.Compare(wrapped[0], node.ops, wrapped[1:]), node)
+
+    def side(self, args, temps):
+        """Which of ``args`` (0 or 1) the test wrote as a literal (-1: neither)."""
+        literal = self.literal
+        for k in (1, 0):
+            arg = args[k]
+            if literal.get(id(arg)) is arg:
+                return k
+            if temps and type(arg) is self.ast.Name and arg.id in temps:
+                return k
+        return -1
 
     def call(self, name, args, where):
         ast = self.ast
