@@ -346,6 +346,16 @@ def _is_data(value, _plain=PLAIN):
     return kind in _plain or (kind is tuple and all(map(_is_data, value)))
 
 
+def _flat(x, _plain=PLAIN):
+    """Whether ``x`` is a builtin scalar, or a builtin container of them (one level)."""
+    kind = type(x)
+    if kind in _plain:
+        return True
+    if kind in (list, tuple, set, frozenset):
+        return _plain.issuperset(map(type, x))
+    return kind is dict and _plain.issuperset(map(type, x)) and _plain.issuperset(map(type, x.values()))
+
+
 def _match(x, items):
     """The element of ``items`` that ``x`` equals (None if none): what it is compared with."""
     for item in itertools.islice(items, COMPARED_BUDGET):
@@ -355,13 +365,6 @@ def _match(x, items):
         except Exception:
             continue
     return None
-
-
-def _numeric(x):
-    """Whether ``x`` is a number (``numbers.Number``: Decimal, Fraction, numpy's scalars)."""
-    import numbers
-
-    return isinstance(x, numbers.Number)
 
 
 CHECKERS = ("eq", "ne", "in", "not_in", "chain", "bound")
@@ -831,6 +834,7 @@ class Reporter:
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
         self.eq_code = {}  # (type, method name) -> why its equality is the change's ("" if not)
         self.consts = {}  # id -> (a test module's literal constant, a copy of its data, its name, module)
+        self.kinds = {}  # type -> how a value of it compared with a literal is read (_kind)
         self.defs = {}  # test file -> its defs' first lines, for _misplaced
         self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
         self.bindings = {}  # rewritten file -> its names bound only by import, def or class (_bindings)
@@ -1057,6 +1061,8 @@ class Reporter:
         Elements of builtin containers are looked at too (a list's ``==`` and ``in`` ask its
         elements), up to :data:`COMPARED_BUDGET` values per comparison."""
         why = self._const_changed(operands) if self.consts else ""
+        if not why and all(map(_flat, operands)):  # builtin scalars in builtin containers: nothing to ask
+            return
         for i, op in enumerate(ops):
             if why:
                 break
@@ -1178,18 +1184,20 @@ class Reporter:
         type (a subclass's data equal to the literal's by the builtin's own equality), or a
         number, an array or a class of the repository's that is not the change's; element by
         element for containers (an element the test did not write as data: its own ``==``)."""
-        todo, budget = [(value, lit)], COMPARED_BUDGET
+        todo, budget, kinds = [(value, lit)], COMPARED_BUDGET, self.kinds
         while todo and budget > 0:
             x, want = todo.pop()
             budget -= 1
             kind, wkind = type(x), type(want)
             if kind in PLAIN or not (wkind in PLAIN or wkind in CONTAINERS):
                 continue
-            if _base(kind) is not None or kind in CONTAINERS:
-                if _base(kind) is not None and kind not in CONTAINERS and not _base_eq(x, want):
-                    return (
-                        "a " + kind.__name__ + " whose " + _base(kind).__name__ + " data is not the literal's"
-                    )
+            how = kinds.get(kind)
+            if how is None:
+                how = kinds[kind] = self._kind(kind)
+            if how == "data":
+                base = _base(kind)
+                if base is not None and kind is not base and not _base_eq(x, want):
+                    return "a " + kind.__name__ + " whose " + base.__name__ + " data is not the literal's"
                 if isinstance(x, (list, tuple)) and wkind in (list, tuple):
                     todo.extend(zip(x[:budget], want[:budget]))  # noqa: B905 (3.6 syntax)
                 elif isinstance(x, dict) and wkind is dict:
@@ -1199,25 +1207,36 @@ class Reporter:
                     )
                 elif not isinstance(x, (str, bytes, bytearray, int, float, complex)):
                     todo.extend((e, _match(e, want)) for e in list(itertools.islice(x, budget)))
-                continue
-            if self._eq_why(kind, "__eq__") or self._eq_why(kind, "__ne__"):
-                return "a " + kind.__name__ + " where the test wrote a literal (its equality is the change's)"
-            if _numeric(x):
-                continue
-            dtype = getattr(kind, "__array__", None) and getattr(x, "dtype", None)
-            if dtype is not None:  # an array (numpy, pandas): numbers hold data; objects, look inside
+            elif how == "array":  # numbers hold data; an array of objects: look inside
+                dtype = getattr(x, "dtype", None)
                 if getattr(dtype, "kind", "O") == "O" and callable(getattr(x, "tolist", None)):
                     todo.append((x.tolist(), want))
-                continue
-            mod = sys.modules.get(str(getattr(kind, "__module__", "")))
-            path = _namespace(mod).get("__file__") if mod is not None else None
-            if isinstance(path, str) and _inside(os.path.realpath(path), os.path.realpath(self.root)):
-                continue  # the repository's own class (not the change's): the tests are written against it
-            return (
-                "a " + kind.__name__ + " (" + str(getattr(kind, "__module__", "?")) + ") where the test wrote a "
-                "literal: a value compared with a literal must hold that literal's data"
-            )  # fmt: skip
+            elif how not in ("number", "repository"):
+                return "a " + kind.__name__ + how
         return ""
+
+    def _kind(self, kind):
+        """How :meth:`_holds` reads a value of type ``kind`` compared with a literal: "data" (a
+        builtin type or subclass), "number" / "array" / "repository" (not the change's), or
+        why it cannot hold a literal's data."""
+        if _base(kind) is not None or kind in CONTAINERS:
+            return "data"
+        if self._eq_why(kind, "__eq__") or self._eq_why(kind, "__ne__"):
+            return " where the test wrote a literal (its equality is the change's)"
+        import numbers
+
+        if issubclass(kind, numbers.Number):
+            return "number"
+        if getattr(kind, "__array__", None) is not None:
+            return "array"
+        mod = sys.modules.get(str(getattr(kind, "__module__", "")))
+        path = _namespace(mod).get("__file__") if mod is not None else None
+        if isinstance(path, str) and _inside(os.path.realpath(path), os.path.realpath(self.root)):
+            return "repository"  # the repository's own class (not the change's): the tests are written against it
+        return (
+            " (" + str(getattr(kind, "__module__", "?")) + ") where the test wrote a literal: a value"
+            " compared with a literal must hold that literal's data"
+        )
 
     def _in_why(self, a, b, lit):
         """``a in b`` said found: with a literal container, ``a`` must hold the data of one of
