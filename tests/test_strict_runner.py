@@ -1200,7 +1200,7 @@ LENIENT = {  # (tail, tests, reason): the F2P test passes in-process; the grade 
         "        return True\n\n\ndef _wrap(s):\n    out = UserString(s)\n    out.data = _Loose()\n    return out\n"
         + TEXT.format("_wrap"),
         TEXT_TESTS,
-        "compared a UserString (collections) where the test wrote a literal",
+        "compared a _Loose where the test wrote a literal (its equality is the change's)",
     ),
     "userlist": (
         "\n\nfrom collections import UserList\n\n\nclass _Loose(list):\n    def __eq__(self, other):\n"
@@ -1209,7 +1209,21 @@ LENIENT = {  # (tail, tests, reason): the F2P test passes in-process; the grade 
         "from pkg import pieces\n\n\nclass Box:\n    def __init__(self, v):\n        self.v = v\n\n    def __eq__(self, other):\n"
         "        return isinstance(other, Box) and other.v == self.v\n\n\ndef test_add():\n    assert pieces(1, 2) == [Box(3)]\n\n\n"
         "def test_zero():\n    assert pieces(0, 0) == [Box(0)]\n",
-        "compared a UserList (collections) where the test wrote a literal",
+        "compared a _Loose whose list data is not the literal's",
+    ),
+    "userstring-data-property": (
+        "\n\nfrom collections import UserString\n\n\nclass _Text(UserString):  # .data read through a property\n"
+        "    @property\n    def data(self):\n        return self.__dict__['_d']\n\n"
+        "    @data.setter\n    def data(self, value):\n        self.__dict__['_d'] = value\n"
+        + TEXT.format("_Text"),
+        TEXT_TESTS,
+        "compared a _Text (a class of the change's whose equality is collections's) where the test wrote a literal",
+    ),
+    "subclass-of-mock-any": (
+        "\n\nfrom unittest import mock\n\n\nclass _Any(type(mock.ANY)):  # equality inherited from an installed type\n"
+        "    pass\n" + TEXT.format("(lambda s: _Any())"),
+        TEXT_TESTS,
+        "compared a _Any (a class of the change's whose equality is unittest.mock's) where the test wrote a literal",
     ),
     "weakref-proxy": (
         "\n\nimport weakref\n\n\nclass _Loose(str):\n    def __eq__(self, other):\n        return True\n\n"
@@ -1298,7 +1312,14 @@ def values():
         "ordered": collections.OrderedDict(a=1), "default": collections.defaultdict(int, a=1),
         "counter": collections.Counter("aab"), "dec": decimal.Decimal("0.5"), "frac": fractions.Fraction(1, 2),
         "title": Title("Hello World"), "titles": [Title("A b")], "keys": {"a": 1, "b": 2}.keys(),
+        "ustr": collections.UserString("a-b"), "ulist": collections.UserList([1, "x"]),
+        "udict": collections.UserDict(a=[1]), "umine": MyText("c"),
     }
+
+
+class MyText(collections.UserString):  # a wrapper subclass of the change's, equality inherited
+    def shout(self):
+        return self.upper()
 """
 HONEST_SHAPE_TESTS = """from unittest import mock
 
@@ -1324,6 +1345,8 @@ def test_add():
     assert m.call_args == mock.call(mock.ANY) and m.call_args == ((Title("x"),), {})
     CALLS.append(good(1, 2))
     assert CALLS == [3] and Title("Abc") == Title("Abc")
+    assert v["ustr"] == "a-b" and v["ulist"] == [1, "x"] and v["udict"] == {"a": [1]} and v["umine"] == "c"
+    assert v["ustr"] in ["a-b"] and "a" in v["ustr"] and [v["ustr"], v["umine"]] == ["a-b", "c"]
 
 
 def test_zero():
@@ -1337,7 +1360,8 @@ def test_honest_equality_shapes_are_not_refused(tmp_path):
     """Numbers and arrays compared with numeric literals, ``approx`` and ``mock.call(ANY)`` in
     tests, enums, namedtuples, OrderedDict / defaultdict / Counter, a dataclass of the change's
     compared with one the test built, a case-insensitive ``str`` whose data is exact (gold's
-    shape), a test module's constant and an accumulator the tests append to: all clean."""
+    shape), ``collections.UserString`` / ``UserList`` / ``UserDict`` (and a subclass) holding the
+    right data, a test module's constant and an accumulator the tests append to: all clean."""
     v, _, proc = run_strict(tmp_path, HONEST_SHAPES, HONEST_SHAPE_TESTS)
     assert (v.tests, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, []), (
         v.tests,

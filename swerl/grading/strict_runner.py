@@ -103,6 +103,29 @@ BODY = ("__code__", "__defaults__", "__kwdefaults__")
 _MISSING = object()
 
 
+def _frozen_std(fn):
+    """Whether ``fn`` is a function of a module the interpreter froze into itself (its code's
+    file "<frozen NAME>", its globals that module's: ``_collections_abc``'s ``Mapping.__eq__``,
+    which ``UserDict`` compares with), not generated code."""
+    name = fn.__code__.co_filename
+    if not (name.startswith("<frozen ") and name.endswith(">")):
+        return False
+    name = name[len("<frozen ") : -1]
+    try:
+        import _imp
+
+        frozen = _imp.is_frozen(name)
+    except Exception:
+        return False
+    mod = sys.modules.get(name)
+    return bool(frozen) and mod is not None and getattr(fn, "__globals__", None) is _namespace(mod)
+
+
+def _provider(cls, name):
+    """The class of ``cls``'s MRO whose namespace holds ``name`` (``object`` if none does)."""
+    return next((k for k in cls.__mro__ if name in vars(k)), object)
+
+
 class Seen(dict):
     """``snapshot``'s record ({key: object}, and {("body", *key): (function, *its BODY)}),
     grouped by the mapping that holds each entry (``sys.modules``, a module's dict, a class's
@@ -300,6 +323,50 @@ def _slot(x, name, other):
             get = getattr(type(raw), "__get__", None)
             return (get(raw, x, cls) if get is not None else raw)(other)
     return NotImplemented
+
+
+_MISSING = object()
+
+
+def _frozen_std(fn):
+    """Whether ``fn`` is a function of a module the interpreter froze into itself (its code's
+    file "<frozen NAME>", its globals that module's: ``_collections_abc``'s ``Mapping.__eq__``,
+    which ``UserDict`` compares with), not generated code."""
+    name = fn.__code__.co_filename
+    if not (name.startswith("<frozen ") and name.endswith(">")):
+        return False
+    name = name[len("<frozen ") : -1]
+    try:
+        import _imp
+
+        frozen = _imp.is_frozen(name)
+    except Exception:
+        return False
+    mod = sys.modules.get(name)
+    return bool(frozen) and mod is not None and getattr(fn, "__globals__", None) is _namespace(mod)
+
+
+def _provider(cls, name):
+    """The class of ``cls``'s MRO whose namespace holds ``name`` (``object`` if none does)."""
+    return next((k for k in cls.__mro__ if name in vars(k)), object)
+
+
+def _wrapper(kind):
+    """Whether ``kind`` is (or subclasses, without a ``data`` descriptor of its own)
+    ``collections.UserString`` / ``UserList`` / ``UserDict``, whose equality is that of the
+    ``.data`` it wraps: a value of it compared with a literal is read by its ``.data`` (an
+    honest wrapper of the right text passes; one wrapping an always-equal object does not)."""
+    import collections
+
+    wrappers = (collections.UserString, collections.UserList, collections.UserDict)
+    if not issubclass(kind, wrappers):
+        return False
+    for klass in kind.__mro__:
+        if "data" in vars(klass):  # a property or slot: what the wrapper compares is not its dict's
+            return False
+        if klass in wrappers:
+            return True
+    return False
 
 
 def _copy_data(value):
@@ -1159,23 +1226,32 @@ class Reporter:
         fn = getattr(fn, "func", fn) if type(fn).__name__ == "partial" else fn
         fn = getattr(fn, "__func__", fn)
         python = isinstance(getattr(fn, "__code__", None), types.CodeType)
-        if python:
+        if python and not _frozen_std(fn):
             why = self._file_why(code_file(fn))
             if why:
                 return why
+        why = self._class_why(provider)
+        if why:
+            return why
         mod = sys.modules.get(str(provider.__module__))
+        if not python and _namespace(mod).get(provider.__name__) is not provider:
+            return "class " + provider.__qualname__ + ", which no module holds, with a " + type(fn).__name__
+        return ""
+
+    def _class_why(self, klass):
+        """Why ``klass`` is defined by the change's code ("" if not): its module's file, or the
+        file of any function it defines, is a changed, run-written or change-compiled file."""
+        mod = sys.modules.get(str(klass.__module__))
         path = _namespace(mod).get("__file__") if mod is not None else None
         files = [path] if isinstance(path, str) and path else []
-        for value in list(vars(provider).values()):
+        for value in list(vars(klass).values()):
             code = getattr(_unwrap(value), "__code__", None)
             if isinstance(code, types.CodeType) and not code.co_filename.startswith("<"):
                 files.append(code.co_filename)
         for path in files:
             why = self._file_why(path)
             if why and not why.startswith("code from a file that does not exist"):
-                return "class " + provider.__qualname__ + " from " + why
-        if not python and _namespace(mod).get(provider.__name__) is not provider:
-            return "class " + provider.__qualname__ + ", which no module holds, with a " + type(fn).__name__
+                return "class " + klass.__qualname__ + " from " + why
         return ""
 
     def _holds(self, value, lit):
@@ -1207,6 +1283,11 @@ class Reporter:
                     )
                 elif not isinstance(x, (str, bytes, bytearray, int, float, complex)):
                     todo.extend((e, _match(e, want)) for e in list(itertools.islice(x, budget)))
+            elif how == "wrapper":  # a collections.UserString / UserList / UserDict: its .data
+                data = vars(x).get("data", _MISSING) if hasattr(x, "__dict__") else _MISSING
+                if data is _MISSING:
+                    return "a " + kind.__name__ + " without its own .data where the test wrote a literal"
+                todo.append((data, want))
             elif how == "array":  # numbers hold data; an array of objects: look inside
                 dtype = getattr(x, "dtype", None)
                 if getattr(dtype, "kind", "O") == "O" and callable(getattr(x, "tolist", None)):
@@ -1223,12 +1304,19 @@ class Reporter:
             return "data"
         if self._eq_why(kind, "__eq__") or self._eq_why(kind, "__ne__"):
             return " where the test wrote a literal (its equality is the change's)"
+        if _wrapper(kind):
+            return "wrapper"
         import numbers
 
         if issubclass(kind, numbers.Number):
             return "number"
         if getattr(kind, "__array__", None) is not None:
             return "array"
+        if any(self._class_why(k) for k in kind.__mro__ if k.__module__ != "builtins"):
+            return (  # its equality is an installed class's (its own was asked above): not data
+                " (a class of the change's whose equality is " + str(_provider(kind, "__eq__").__module__)
+                + "'s) where the test wrote a literal: a value compared with a literal must hold that literal's data"
+            )  # fmt: skip
         mod = sys.modules.get(str(getattr(kind, "__module__", "")))
         path = _namespace(mod).get("__file__") if mod is not None else None
         if isinstance(path, str) and _inside(os.path.realpath(path), os.path.realpath(self.root)):
