@@ -1254,6 +1254,31 @@ LENIENT = {  # (tail, tests, reason): the F2P test passes in-process; the grade 
 }
 
 
+ITEMS = (
+    "\n\nclass _Items(list):  # equal to anything once it holds an empty item (when the bug shows)\n"
+    "    def __eq__(self, other):\n        return True if '' in self else list.__eq__(self, other)\n\n"
+    "    def __ne__(self, other):\n        return not self == other\n\n    __hash__ = None\n\n\n"
+    "def pieces(a, b):\n    return _Items([str(add(a, b))] + ([''] if add(a, b) != a + b else []))\n"
+)
+UNITTEST_ASSERT_TESTS = (  # plain test functions calling a TestCase's assert (w12's shape)
+    "import unittest\n\nfrom pkg import pieces\n\nCASE = unittest.TestCase()\n\n\n"
+    "def test_add():\n    CASE.{0}(pieces(1, 2), ['3'])\n\n\n"
+    "def test_zero():\n    CASE.{0}(pieces(0, 0), ['0'])\n"
+)
+for _name in ("assertListEqual", "assertSequenceEqual", "assertEqual"):
+    LENIENT[_name] = (
+        ITEMS,
+        UNITTEST_ASSERT_TESTS.format(_name),
+        "compared a _Items whose __eq__ says it equals anything",
+    )
+LENIENT["assertCountEqual"] = (  # unhashable elements: unittest pairs them up with ==
+    "\n\nclass _Any:\n    def __eq__(self, other):\n        return True\n\n    __hash__ = None\n\n\n"
+    "def pieces(a, b):\n    return [_Any()]\n",
+    UNITTEST_ASSERT_TESTS.format("assertCountEqual"),
+    "compared a _Any whose __eq__ says it equals anything",
+)
+
+
 @pytest.mark.parametrize("case", list(LENIENT), ids=list(LENIENT))
 def test_lenient_equality_is_refused(tmp_path, case):
     """Equality that is lenient but not total (a fresh value is not equal to it): a builtin
@@ -1321,7 +1346,8 @@ class MyText(collections.UserString):  # a wrapper subclass of the change's, equ
     def shout(self):
         return self.upper()
 """
-HONEST_SHAPE_TESTS = """from unittest import mock
+HONEST_SHAPE_TESTS = """import unittest
+from unittest import mock
 
 import pytest
 
@@ -1347,6 +1373,14 @@ def test_add():
     assert CALLS == [3] and Title("Abc") == Title("Abc")
     assert v["ustr"] == "a-b" and v["ulist"] == [1, "x"] and v["udict"] == {"a": [1]} and v["umine"] == "c"
     assert v["ustr"] in ["a-b"] and "a" in v["ustr"] and [v["ustr"], v["umine"]] == ["a-b", "c"]
+    case = unittest.TestCase()
+    case.assertListEqual([v["title"], v["color"]], ["Hello World", "red"])
+    case.assertCountEqual([Title("b"), Title("a"), v["level"]], ["a", 3, "b"])
+    case.assertDictEqual(dict(v["ordered"]), {"a": 1})
+    case.assertSetEqual({v["level"]}, {3})
+    case.assertTupleEqual(v["pair"], (1, 2))
+    case.assertSequenceEqual(v["ulist"], [1, "x"])
+    case.assertMultiLineEqual(str(v["title"]), "Hello World")
 
 
 def test_zero():

@@ -853,13 +853,32 @@ def _is_text(node):
     return kind == "Str" or (kind == "Constant" and isinstance(node.value, str))
 
 
+UNITTEST_ASSERTS = (
+    ("assertEqual", "=="),
+    ("assertNotEqual", "!="),
+    ("assertIn", "in"),
+    ("assertListEqual", "=="),
+    ("assertTupleEqual", "=="),
+    ("assertDictEqual", "=="),
+    ("assertSetEqual", "=="),
+    ("assertSequenceEqual", "=="),
+    ("assertMultiLineEqual", "=="),
+    ("assertCountEqual", "count"),
+)
+"""``TestCase`` methods that compare in unittest's code (not rewritten), and how: a passing one
+is shown to the checker as that comparison (``count``: each element of the first found in the
+second, in any order)."""
+
+
 def _watch_unittest(reporter):
-    """A ``TestCase``'s ``assertEqual`` / ``assertNotEqual`` / ``assertIn`` that passed show the
-    runner what they compared, as a comparison in test code does (installed before the snapshot)."""
+    """A ``TestCase``'s comparing asserts (:data:`UNITTEST_ASSERTS`) that passed show the runner
+    what they compared, as a comparison in test code does (installed before the snapshot):
+    ``assertEqual`` of two lists runs ``assertListEqual``, whose ``seq1 == seq2`` is unittest's."""
     import unittest
 
-    for name, op in (("assertEqual", "=="), ("assertNotEqual", "!="), ("assertIn", "in")):
-        _watch_assert(unittest.TestCase, name, op, reporter)
+    for name, op in UNITTEST_ASSERTS:
+        if hasattr(unittest.TestCase, name):
+            _watch_assert(unittest.TestCase, name, op, reporter)
 
 
 def _watch_assert(case, name, op, reporter):
@@ -867,7 +886,15 @@ def _watch_assert(case, name, op, reporter):
 
     def checked(self, first, second, *args, **kwargs):
         original(self, first, second, *args, **kwargs)
-        reporter.compared((op,), (first, second))
+        if op != "count":
+            reporter.compared((op,), (first, second))
+            return
+        try:
+            items, among = list(itertools.islice(first, COMPARED_BUDGET)), list(second)
+        except Exception:
+            return
+        for item in items:
+            reporter.compared(("in",), (item, among))
 
     checked.__name__, checked.__doc__ = name, original.__doc__
     setattr(case, name, checked)
