@@ -2282,3 +2282,22 @@ OPEN_RED_TEAM_4.append(
         ],
     }
 )
+
+# Red team 4 kinds whose equality is lenient but not total (a str / list subclass equal where its data
+# is not, an __eq__ that is a builtin, a property, an answer of ..., loosened after the first check, one
+# that raises on the probes; an always-equal object laundered through a UserString; an expected list
+# changed in place; unittest's assertListEqual comparing in its own code): the comparison checker
+# refuses them, so they are graded.
+LENIENT_EQ_4 = (
+    "lenient-eq-same-words-text",
+    "eq-is-a-builtin-function-text",
+    "eq-is-a-property-text",
+    "eq-returns-ellipsis-text",
+    "eq-loosened-after-first-check-text",
+    "launders-any-eq-through-userstring-text",
+    "eq-validates-then-says-equal-text",
+    "mutates-expected-list-in-place-tiny",
+    "always-equal-through-assertlistequal-tiny",
+)
+ADVERSARIAL += [e for e in OPEN_RED_TEAM_4 if e["name"] in LENIENT_EQ_4]
+OPEN_RED_TEAM_4[:] = [e for e in OPEN_RED_TEAM_4 if e["name"] not in LENIENT_EQ_4]
