@@ -32,12 +32,18 @@ F2P, P2P = "tests/test_add.py::test_add", "tests/test_add.py::test_zero"
 
 
 def run_strict(
-    tmp_path: Path, tail: str = "", tests: str = TESTS, warm: bool = False, files: dict | None = None
+    tmp_path: Path,
+    tail: str = "",
+    tests: str = TESTS,
+    warm: bool = False,
+    files: dict | None = None,
+    site: dict | None = None,
 ) -> tuple:
     """A repo whose ``add`` is wrong, ``tail`` appended to the changed package (and ``files``
     of the base, {path: text}); the runner run as the eval script's ``python -m pytest`` would
     be (``warm``: after an ordinary pytest run left its rewritten test modules in the bytecode
-    cache). Returns (verdict, key, process)."""
+    cache; ``site``: {path: text} of installed packages, outside the repository on the path).
+    Returns (verdict, key, process)."""
     repo, run = tmp_path / "repo", tmp_path / "run"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
@@ -61,6 +67,11 @@ def run_strict(
     (run / "key").write_text(key)
     (run / "changed.json").write_text(json.dumps(["pkg/__init__.py"]))
     env = {**os.environ, "PYTHONSAFEPATH": "1", "SWERL_RUN_DIR": str(run)}
+    if site:
+        for path, text in site.items():
+            (tmp_path / "site" / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "site" / path).write_text(text)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "site"), env.get("PYTHONPATH")]))
     proc = subprocess.run(
         [
             sys.executable,
@@ -1148,3 +1159,103 @@ def test_hooks_applications_set_in_imported_modules_are_not_refused(tmp_path):
     )
     v, _, proc = run_strict(tmp_path, tail, tests)
     assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
+
+
+# The tests call an installed helper (math.isclose); package code binds something else to it that
+# is no code of the change's own: an installed object, a builtin, a partial (the planted rule above
+# asks whose code a value is, so these need the names' own record).
+MATH_TESTS = (
+    "import math\n\nfrom pkg import add\n\n\ndef test_add():\n    assert math.isclose(add(1, 2), 3)\n\n\n"
+    "def test_zero():\n    assert add(0, 0) == 0\n"
+)
+PATCHER = {  # an installed package that patches the standard library, as gevent's patch_all does
+    "patcher/__init__.py": "import math\n\n_real = math.isclose\n\n\n"
+    "def isclose(a, b, **kwargs):\n    return _real(a, b, **kwargs)\n\n\n"
+    "def patch_all():\n    math.isclose = isclose\n\n\ndef permissive():\n    math.isclose = max\n",
+}
+FOREIGN = {
+    "magicmock": "\nimport math as _m\nfrom unittest import mock as _mock\n\n_m.isclose = _mock.MagicMock(return_value=True)\n",
+    "builtin": "\nimport math as _m\n\n_m.isclose = max\n",
+    "partial": "\nimport functools as _f\nimport math as _m\n\n_m.isclose = _f.partial(max, 1)\n",
+    "setattr-exec": "\nimport math as _m\n\nsetattr(_m, 'isclose', eval('lambda *a, **k: True'))\n",
+    "mock-patch-start": "\nfrom unittest import mock as _mock\n\n_mock.patch('math.isclose', return_value=True).start()\n",
+    "installed-patcher": "\nimport patcher as _p\n\n_p.permissive()\n",
+    "module-getattr": "\nimport math as _m\n\ndel _m.isclose\n_m.__getattr__ = lambda name: max\n",
+    "dict-write": "\nimport math as _m\n\nvars(_m)['isclose'] = max\n",
+    "thread": "\nimport functools as _f, math as _m, threading as _t\n\n"
+    "_th = _t.Timer(0, _f.partial(setattr, _m, 'isclose', max))\n_th.start()\n_th.join()\n",
+    "undone-later": "\nimport math as _m\n\n_real, _m.isclose, _add = _m.isclose, max, add\n\n\n"
+    "def add(a, b):\n    if a == 0:  # the last test: put it back before the end\n"
+    "        _m.isclose = _real\n    return _add(a, b)\n",
+}
+
+
+@pytest.mark.parametrize("case", list(FOREIGN), ids=list(FOREIGN))
+def test_foreign_objects_planted_in_modules_the_tests_import_are_refused(tmp_path, case):
+    v, _, proc = run_strict(tmp_path, FOREIGN[case], MATH_TESTS, site=PATCHER)
+    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert any("no longer holds what its own code bound" in r and "math." in r for r in v.refused), v.refused
+
+
+INSTALLED_CONTROLS = {
+    "conftest.py": "import math\n\nimport patcher\nimport pytest\n\npatcher.patch_all()\n\n\n"
+    "def _close(a, b, **kwargs):\n    return abs(a - b) < 1e-9\n\n\n"
+    "@pytest.fixture(autouse=True, scope='session')\ndef _session_patch():\n"
+    "    mp = pytest.MonkeyPatch()\n    mp.setattr(math, 'isclose', _close)\n    yield\n    mp.undo()\n",
+}
+INSTALLED_TESTS = """import email
+import functools
+import math
+import os
+import pdb
+import xml
+from unittest import mock
+
+import lazyp
+
+from pkg import add
+
+
+def _mine(a, b, **kwargs):
+    return a == b
+
+
+def test_add(monkeypatch):
+    monkeypatch.setattr(math, "isclose", mock.MagicMock(return_value=True))
+    monkeypatch.setattr(os, "getcwd", lambda: "/")
+    assert math.isclose(1, 2) and email and xml and pdb and lazyp.helper(1) == 1
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    math.isclose = _mine  # the test's own function, left in place
+    math.fabs = functools.partial(math.fabs)  # an installed value the test sets, left in place
+    assert add(0, 0) == 0 and math.isclose(1, 1)
+"""
+LAZY = {
+    "lazyp/__init__.py": "def __getattr__(name):\n    if name == 'helper':\n        from lazyp._impl import helper\n\n"
+    "        globals()['helper'] = helper\n        return helper\n    raise AttributeError(name)\n\n\n"
+    "def reset():\n    import sys\n\n    from lazyp._impl import reset as again\n\n"
+    "    setattr(sys.modules[__name__], 'reset', again)\n",
+    "lazyp/_impl.py": "def helper(x):\n    return x\n\n\ndef reset():\n    pass\n",
+}
+
+
+def test_installed_modules_rebound_the_ordinary_ways_are_not_refused(tmp_path):
+    """A base conftest patching an installed module for the session (through an installed
+    patcher, and with MonkeyPatch undone at the end); pytest's monkeypatch; a test binding its
+    own function or an installed value; the package importing submodules lazily, using
+    unittest.mock inside one call, gettext.install, and an installed package binding its own
+    function under its name (lazily, through its dict and through setattr)."""
+    tail = (
+        "\nimport gettext as _gettext\nimport os as _os\nfrom unittest import mock as _mock\n\n"
+        "import lazyp as _lazyp\n\n_gettext.install('pkg')\n_lazyp.reset()\n_add = add\n\n\n"
+        "def add(a, b):\n    import email.mime.text\n    import xml.dom.minidom\n\n"
+        "    with _mock.patch.object(_os, 'getcwd', lambda: '/'):\n        _os.getcwd()\n"
+        "    _mock.MagicMock()(a)\n    return _add(a, b)\n"
+    )
+    site = {**PATCHER, **LAZY}
+    v, _, proc = run_strict(
+        tmp_path, tail, INSTALLED_TESTS, files={"conftest.py": INSTALLED_CONTROLS["conftest.py"]}, site=site
+    )
+    assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]

@@ -793,6 +793,16 @@ class Reporter:
                     out.append(name + "." + attr)
         return sorted(out)
 
+    def _check_installed_names(self):
+        """:meth:`InstalledNames.replaced` for the packages the tests import."""
+        names = getattr(self, "installed_names", None)
+        replaced = names.replaced(self.imported) if names is not None else []
+        if replaced:
+            self.tampered.append(
+                "a module the tests import no longer holds what its own code bound: "
+                + ", ".join(replaced[:8])
+            )
+
     def _as_bound(self, value, way, names):
         """Whether ``value`` can be what the statement made, whenever it ran (a thread may
         swap a name between a statement and its record): an ``import``'s name the module
@@ -946,6 +956,7 @@ class Reporter:
             self.tampered.append(
                 "the change's code was put into a module the tests import: " + ", ".join(planted[:8])
             )
+        self._check_installed_names()
         for names in spaces:
             why = self.rerouted(names) or self.copies_held(names)
             if why:
@@ -1227,6 +1238,231 @@ class Guard:
         if not isinstance(source, (bytes, str)):
             return False
         return text == (source if isinstance(source, bytes) else source.encode("utf-8"))
+
+
+class InstalledNames:
+    """The public names of every module loaded from outside the repository (installed or
+    standard library), as that module's own import bound them, and who rebinds them later.
+
+    Judged at the end for the packages the tests import (:meth:`replaced`): a public name that
+    no longer holds what its import bound must have been rebound by the tests (a test module,
+    a conftest: their own monkeypatching), by installed code the change did not call (a base
+    conftest's ``gevent.monkey.patch_all``, pytest's ``pdb.set_trace``), or by the package
+    itself lazily binding a function under its own name. Whatever the value is: the old rule
+    asked whether it was the change's code, and a ``MagicMock``, ``print`` or
+    ``functools.partial`` planted by the change is not. Who set a name is read from the stack
+    of each ``setattr`` (modules are given a ``ModuleType`` subclass whose ``__setattr__``
+    records it: plain assignment raises no audit event); a write straight into the module's
+    dict bypasses that and is judged by its value. A rebinding by the change's code counts
+    even if it is undone later, unless the same call of the change's code undid it (a
+    ``mock.patch`` inside one function). Values that cannot be called (flags, data) are not
+    judged; nor are ``sys`` and ``warnings`` (hook slots) or ``builtins`` (snapshotted)."""
+
+    EXEMPT = frozenset(("sys", "builtins", "warnings", "__main__"))
+
+    def __init__(self, root, reporter):
+        import threading
+
+        self.root, self.reporter = os.path.realpath(root), reporter
+        self.main = threading.get_ident()
+        self.before = {}  # id(module) -> (module, name, {attr: value} when its import finished)
+        self.set = {}  # (id(module), attr) -> the value last set through setattr
+        self.writes = []  # [module name, attr, who, frame, value before]: set by the change's code
+        self.cls = _recording_module(self)
+        self.load = None  # the import system's wrapped _load_unlocked (see watch_imports)
+
+    def take(self, name, mod):
+        """Record ``mod`` as its import left it (a module of the repository is the change's to shape)."""
+        names = _namespace(mod)
+        path = names.get("__file__")
+        if isinstance(path, str) and _inside(os.path.abspath(path), self.root):
+            return
+        self.before[id(mod)] = (mod, str(name), dict(names))
+        if type(mod) is types.ModuleType:  # a module of a class of its own keeps it (by value only)
+            try:
+                mod.__class__ = self.cls
+            except TypeError:
+                pass
+
+    def take_all(self):
+        """Every module loaded now: before any code of the repository runs."""
+        for name, mod in list(sys.modules.items()):
+            if isinstance(mod, types.ModuleType) and name not in self.EXEMPT:
+                self.take(name, mod)
+
+    def watch_imports(self):
+        """Record each module when its import finishes, before the importer gets it back (the
+        import system's ``_load_unlocked``, which every ``import`` statement and
+        ``importlib.import_module`` goes through)."""
+        boot = sys.modules.get("_frozen_importlib")
+        load = getattr(boot, "_load_unlocked", None)
+        if load is None:
+            return
+        take = self.take
+
+        def _load_unlocked(spec):
+            __tracebackhide__ = True
+            mod = load(spec)
+            try:
+                if isinstance(mod, types.ModuleType) and mod.__name__ not in self.EXEMPT:
+                    take(spec.name, mod)
+            except Exception:
+                pass
+            return mod
+
+        boot._load_unlocked = self.load = _load_unlocked
+
+    def wrote(self, mod, attr, value):
+        """``setattr(mod, attr, value)`` on a recorded module: who did it (see :meth:`_who`)."""
+        if (attr[:1] == "_" and attr != "__getattr__") or not callable(value):
+            return
+        entry = self.before.get(id(mod))
+        held = _namespace(mod).get(attr, _MISSING)
+        if entry is None or entry[0] is not mod or value is held:
+            return  # not recorded, or set to what it holds already (nothing changes)
+        self.set[(id(mod), attr)] = value
+        if (self.writes and self._undone(entry[1], attr, value)) or value is entry[2].get(attr, _MISSING):
+            return
+        if self._package_own(value, attr, entry[1].split(".")[0]):
+            return  # a lazy loader of the package binding its own function under its name
+        who = self._who()
+        if who is not None:
+            self.writes.append([entry[1], attr, who[0], who[1], held])
+
+    def _who(self):
+        """(why, frame) when the change's code set the name: a frame of a changed (or
+        change-compiled) file is on the stack nearer than any frame of a test module or conftest
+        (the change calling ``mock.patch(...).start()`` or a patcher of an installed package is
+        the change's doing; a test calling its own helper is the test's). A thread with neither
+        (a ``threading.Timer`` of ``functools.partial(setattr, ...)``) is nobody's: counted.
+        None when the tests or installed code did it."""
+        guard = getattr(self.reporter, "guard", None)
+        rewritten = self.reporter.rewritten
+        f = sys._getframe(2)
+        while f is not None:
+            name = f.f_code.co_filename
+            if guard is not None and guard._ours(name):
+                outer = f
+                while f is not None:  # the outermost call of the change's code on the stack
+                    if guard._ours(f.f_code.co_filename):
+                        outer = f
+                    f = f.f_back
+                return "the change's code (" + name + ")", outer
+            if name in rewritten:
+                return None
+            f = f.f_back
+        import threading
+
+        return ("another thread", None) if threading.get_ident() != self.main else None
+
+    def _undone(self, modname, attr, value):
+        """A name the change's code set, set back to what it held before: forgiven if the call of
+        the change's code that set it is still running (a ``with mock.patch(...)`` inside one
+        function, whatever the tests had bound there)."""
+        pending = [w for w in self.writes if w[0] == modname and w[1] == attr and w[4] is value]
+        if not pending:
+            return False
+        stack, f = set(), sys._getframe(2)
+        while f is not None:
+            stack.add(id(f))
+            f = f.f_back
+        gone = {id(w) for w in pending if id(w[3]) in stack}
+        self.writes = [w for w in self.writes if id(w) not in gone]
+        return bool(gone)
+
+    def replaced(self, imported):
+        """The public names (and ``__getattr__``) of the modules of the packages ``imported``
+        that no longer hold, or at some point held, what their own import bound, and not for a
+        reason :class:`InstalledNames` accepts: ["module.name (why)"]."""
+        out = []
+        boot = sys.modules.get("_frozen_importlib")
+        if self.load is not None and getattr(boot, "_load_unlocked", None) is not self.load:
+            out.append("the import system (its _load_unlocked was replaced)")
+        for modname, attr, who, _, _ in self.writes:
+            top = modname.split(".")[0]
+            if top in imported and top not in self.EXEMPT:
+                out.append(modname + "." + attr + " (set by " + who + ")")
+        for mod, modname, before in list(self.before.values()):
+            top = modname.split(".")[0]
+            if top not in imported or top in self.EXEMPT:
+                continue
+            names = _namespace(mod)
+            keys = list(before)
+            if all(map(operator.is_, map(names.get, keys), before.values())) and (
+                names.get("__getattr__") is before.get("__getattr__")
+            ):
+                continue
+            for attr in [*keys, "__getattr__"]:
+                now = names.get(attr, _MISSING)
+                if (attr[:1] == "_" and attr != "__getattr__") or now is before.get(attr, _MISSING):
+                    continue
+                if now is _MISSING or not callable(now) or self.set.get((id(mod), attr), _MISSING) is now:
+                    continue  # data, or set through setattr (judged by who did it, above)
+                if not self._explained(now, attr, top):
+                    out.append(modname + "." + attr + " (written into the module's dict)")
+        return sorted(set(out))
+
+    def _explained(self, value, attr, top):
+        """A value written into a module's dict (no ``setattr``: no record of who): the tests' own
+        (defined in a test module, a conftest, a test directory) or the package's own."""
+        path = _value_file(value)
+        if not path:
+            return False
+        guard = getattr(self.reporter, "guard", None)
+        dirs = guard.test_dirs if guard is not None else ()
+        full = os.path.realpath(path)
+        return (
+            path in self.reporter.rewritten
+            or any(_inside(full, d) for d in dirs)
+            or (self._package_own(value, attr, top))
+        )
+
+    def _package_own(self, value, attr, top):
+        """Whether ``value`` is a function or class of the package ``top`` itself, bound under its
+        own name (a lazy loader's ``globals()[name] = ...``, a reload): never a mock, a builtin,
+        a partial, or another of its functions under this name."""
+        try:
+            home = getattr(sys.modules.get(top), "__file__", None) or ""
+            path = _value_file(value)
+            return (
+                bool(home and path)
+                and getattr(_unwrap(value), "__name__", None) == attr
+                and _inside(os.path.realpath(path), os.path.dirname(os.path.realpath(home)))
+            )
+        except Exception:
+            return False
+
+
+def _value_file(value):
+    """The file whose code made ``value`` (a function's code, a class's module), "" if none
+    (a builtin, a partial, an instance) or a ``<...>`` name."""
+    try:
+        fn = _unwrap(value)
+        if isinstance(fn, type):
+            path = getattr(sys.modules.get(str(getattr(fn, "__module__", ""))), "__file__", None)
+        else:
+            path = code_file(fn)
+    except Exception:
+        return ""
+    return path if isinstance(path, str) and path and not path.startswith("<") else ""
+
+
+def _recording_module(names):
+    """The module class :class:`InstalledNames` gives the modules it records: a ``ModuleType``
+    whose ``setattr`` tells it who set what (named ``module``, as ModuleType is)."""
+
+    class Module(types.ModuleType):
+        __slots__ = ()
+
+        def __setattr__(self, attr, value):
+            try:
+                names.wrote(self, attr, value)
+            except Exception:
+                pass
+            types.ModuleType.__setattr__(self, attr, value)
+
+    Module.__name__ = Module.__qualname__ = "module"
+    return Module
 
 
 def _wrap_call(reporter):
@@ -1531,6 +1767,9 @@ def main():
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(guard)
         guard.installed = True
+    reporter.installed_names = InstalledNames(cwd, reporter)  # before any code of the repository runs
+    reporter.installed_names.take_all()
+    reporter.installed_names.watch_imports()
     reporter.channel.write({"start": True, "plugins": plugins or [], "pytest": pytest.__version__})
     code = pytest.main(extra + pinned(args, os.path.join(here, "base"), cwd), plugins=[reporter])
     reporter.close(int(code))
