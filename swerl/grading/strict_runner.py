@@ -280,33 +280,43 @@ def _watch_equality(reporter):
 
     from _pytest.assertion import rewrite
 
-    seen = reporter.compared
+    seen, hits, frame, plain = reporter.compared, reporter.hits, sys._getframe, PLAIN
 
-    def eq(a, b, _plain=PLAIN):
+    # ``site``: the number of a comparison every passing run of its test function makes (see
+    # _must_run); no other parameter (a ``functools.partial`` of a checker changes nothing).
+    def eq(a, b, site=None):
         __tracebackhide__ = True  # pytest leaves this frame out of a failure's traceback
+        if site is not None:
+            hits.add((site, frame(1).f_code))
         r = a == b
-        if r is not False and not (type(a) in _plain and type(b) in _plain):
+        if r is not False and not (type(a) in plain and type(b) in plain):
             seen(("==",), (a, b))
         return r
 
-    def ne(a, b, _plain=PLAIN):
+    def ne(a, b, site=None):
         __tracebackhide__ = True
+        if site is not None:
+            hits.add((site, frame(1).f_code))
         r = a != b
-        if r is not True and not (type(a) in _plain and type(b) in _plain):
+        if r is not True and not (type(a) in plain and type(b) in plain):
             seen(("!=",), (a, b))
         return r
 
-    def in_(a, b, _plain=PLAIN):
+    def in_(a, b, site=None):
         __tracebackhide__ = True
+        if site is not None:
+            hits.add((site, frame(1).f_code))
         r = a in b
-        if r and not (type(a) in _plain and type(b) in _plain):
+        if r and not (type(a) in plain and type(b) in plain):
             seen(("in",), (a, b))
         return r
 
-    def not_in(a, b, _plain=PLAIN):
+    def not_in(a, b, site=None):
         __tracebackhide__ = True
+        if site is not None:
+            hits.add((site, frame(1).f_code))
         r = a not in b
-        if not r and not (type(a) in _plain and type(b) in _plain):
+        if not r and not (type(a) in plain and type(b) in plain):
             seen(("in",), (a, b))
         return r
 
@@ -386,6 +396,8 @@ def _watch_equality(reporter):
             reporter.bindings[str(path)] = _bindings(ast, mod, reporter.imported)  # as its source wrote them
         original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
         if path is None or ours(path):
+            transform.sites, funcs = _must_run(ast, mod, transform.OPS)
+            reporter.required.update({(str(path), *key): sites for key, sites in funcs.items()})
             transform.module(mod)
             reporter.rewritten.add(str(path))  # the code's co_filename and the module's __file__
 
@@ -471,6 +483,79 @@ def _bindings(ast, mod, imported):
     return {name: ways for name, ways in eligible.items() if name not in other}
 
 
+def _must_run(ast, mod, ops):
+    """The comparisons (``==``, ``!=``, ``in``, ``not in``, one operator) that every run of a
+    function of ``mod`` that returns normally makes: in the simple statements of its own body
+    (an ``assert`` pytest rewrote is ``@py_assertN = a == b`` there) up to the first statement
+    that can return, outside any branch (``and`` / ``or`` operands but the first, ``if``
+    expressions' arms, comprehensions, lambdas). Each gets a number its checker call passes,
+    and the checker records (number, caller's code): a test that passed without one of them
+    ran it with something else bound to the checker's name, even if that was put back before
+    the test ended. Returns ({id(node): number}, {(name, first line): numbers}); generators
+    and ``async`` functions are left out."""
+    simple = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
+    sites, funcs, todo = {}, {}, [mod.body]
+    while todo:  # the module's functions and its classes' (in top-level if / try blocks too)
+        for node in todo.pop():
+            if isinstance(node, ast.ClassDef):
+                todo.append(node.body)
+            elif isinstance(node, (ast.If, ast.Try)):
+                todo += [node.body, node.orelse, getattr(node, "finalbody", [])]
+            elif isinstance(node, ast.FunctionDef) and not _in_scope(ast, node, (ast.Yield, ast.YieldFrom)):
+                found = []
+                for stmt in node.body:
+                    if isinstance(stmt, simple) and stmt.value is not None:
+                        found += _unconditional(ast, stmt.value, ops)
+                    if _in_scope(ast, stmt, (ast.Return,)):
+                        break
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                numbers = []
+                for compare in found:
+                    sites[id(compare)] = len(sites)
+                    numbers.append(sites[id(compare)])
+                if numbers:
+                    funcs[(node.name, first)] = tuple(numbers)
+    return sites, funcs
+
+
+def _in_scope(ast, node, kinds):
+    """Whether ``node`` holds a node of ``kinds`` in its own scope (not in a nested def, lambda or class)."""
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    todo = list(ast.iter_child_nodes(node)) if isinstance(node, nested) else [node]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, kinds):
+            return True
+        if not isinstance(item, nested):
+            todo.extend(ast.iter_child_nodes(item))
+    return False
+
+
+def _unconditional(ast, expr, ops):
+    """The single-operator comparisons of ``ops`` that evaluating ``expr`` always reaches."""
+    out, todo = [], [expr]
+    comprehensions = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Compare):
+            todo.append(node.left)
+            if len(node.ops) == 1:
+                todo.append(node.comparators[0])
+                if type(node.ops[0]).__name__ in ops:
+                    out.append(node)
+        elif isinstance(node, ast.BoolOp):
+            todo.append(node.values[0])
+        elif isinstance(node, ast.IfExp):
+            todo.append(node.test)
+        elif isinstance(node, comprehensions):
+            todo.append(node.generators[0].iter)
+        elif isinstance(node, ast.keyword):
+            todo.append(node.value)
+        elif not isinstance(node, ast.Lambda):
+            todo.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, (ast.expr, ast.keyword)))
+    return out
+
+
 class _Equality:
     """The AST transform of :func:`_watch_equality`: one pass over the module (a loop over
     each node's fields, no visitor dispatch: the tree pytest leaves is large), each comparison
@@ -481,6 +566,7 @@ class _Equality:
 
     def __init__(self, ast):
         self.ast = ast
+        self.sites = {}  # id(Compare node) -> its site number (see _must_run), for the module at hand
 
     def module(self, mod):
         ast = self.ast
@@ -549,7 +635,12 @@ class _Equality:
         if not any(k in self.OPS for k in kinds):
             return node
         if len(kinds) == 1:
-            return self.call(self.OPS[kinds[0]], [node.left, node.comparators[0]], node)
+            args = [node.left, node.comparators[0]]
+            if id(node) in self.sites:
+                number = self.sites[id(node)]
+                args.append(ast.Constant(number) if hasattr(ast, "Constant") else ast.Num(number))
+                ast.copy_location(args[-1], node)
+            return self.call(self.OPS[kinds[0]], args, node)
         if "Is" in kinds or "IsNot" in kinds:  # identity of a wrapped operand is not the operand's
             return node
         wrapped = [self.call("@swerl_chain", [e], e) for e in [node.left, *node.comparators]]
@@ -618,6 +709,9 @@ class Reporter:
         self.bindings = {}  # rewritten file -> its names bound only by import, def or class (_bindings)
         self.bound = {}  # id(module globals) -> (globals, {name: what its statement bound})
         self.imported = set()  # top-level packages the rewritten modules import (see planted)
+        self.required = {}  # (file, function name, first line) -> its comparisons' numbers (_must_run)
+        self.hits = set()  # (number, code) of each such comparison whose checker ran, this test
+        self.item_globals = {}  # nodeid -> the globals its function runs with, until its teardown
         self.test_globals = {}  # id -> the globals of each test function run from such a file
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
@@ -793,6 +887,45 @@ class Reporter:
                     out.append(name + "." + attr)
         return sorted(out)
 
+    def unchecked(self, fn):
+        """Why a test function that returned normally skipped a comparison every such run of it
+        makes (see _must_run): its checker name held something else while it ran ("" if not).
+        Only for the function itself (not a wrapper that may not call it)."""
+        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        sites = self.required.get((code.co_filename, code.co_name, code.co_firstlineno)) if code else None
+        missed = [n for n in sites or () if (n, code) not in self.hits]
+        if not missed:
+            return ""
+        return (
+            "ran " + str(len(missed)) + " comparison(s) without the runner's checker (its name was rebound)"
+        )
+
+    def bound_after(self, nodeid):
+        """Test module names that no longer hold what their statements bound once a test and its
+        fixtures are done (identity only; :meth:`rebound` checks them all again at the end): a
+        rebinding undone before the end is caught when it outlives the test."""
+        names = self.item_globals.pop(nodeid, None)
+        if names is None:
+            return
+        recorded = self.bound.get(id(names), (None, {}))[1]
+        bad = [
+            name
+            for name in self.bindings.get(names.get("__file__"), {})
+            if recorded.get(name, _MISSING) is not _MISSING
+            and names.get(name, _MISSING) is not _MISSING
+            and names.get(name) is not recorded[name]
+        ]
+        if bad:
+            self.raised.add(nodeid)
+            self.tampered.append(
+                "test module "
+                + str(names.get("__name__"))
+                + " no longer held what its own statements bound after test "
+                + nodeid
+                + ": "
+                + ", ".join(sorted(bad)[:8])
+            )
+
     def _check_installed_names(self):
         """:meth:`InstalledNames.replaced` for the packages the tests import."""
         names = getattr(self, "installed_names", None)
@@ -919,6 +1052,7 @@ class Reporter:
         phases = self.phases.setdefault(report.nodeid, {})
         phases[report.when] = (report.outcome, bool(getattr(report, "wasxfail", False)))
         if report.when == "teardown":
+            self.bound_after(report.nodeid)
             self._finish(report.nodeid)
 
     def _finish(self, nodeid):
@@ -1479,11 +1613,13 @@ def _wrap_call(reporter):
         why = why or _renamed(item) or _misplaced(item, reporter.defs)
         why = why or reporter.copied(getattr(item, "obj", None))
         reporter.current = item.nodeid
+        reporter.hits.clear()
         outcome = yield
         try:
             rerouted = reporter.test_rerouted(item.obj)
         except Exception:  # items without a Python function (doctests, other plugins' items)
             rerouted = ""
+        _after_call(reporter, item, outcome.excinfo is None)
         if rerouted:
             reporter.raised.add(item.nodeid)
             reporter.tampered.append("test " + item.nodeid + " ran in a module that " + rerouted)
@@ -1493,6 +1629,21 @@ def _wrap_call(reporter):
             reporter.tampered.append(f"test {item.nodeid} was replaced by {why}")
 
     return pytest_runtest_call
+
+
+def _after_call(reporter, item, passed):
+    """A passing test's comparisons all went through the checker (:meth:`Reporter.unchecked`);
+    its module's globals are kept for the check after its teardown (:meth:`Reporter.bound_after`)."""
+    try:
+        fn = getattr(item.obj, "__func__", item.obj)
+        why = reporter.unchecked(fn) if passed else ""
+        if fn.__code__.co_filename in reporter.rewritten:
+            reporter.item_globals[item.nodeid] = fn.__globals__
+    except Exception:  # items without a Python function (doctests, other plugins' items)
+        return
+    if why:
+        reporter.raised.add(item.nodeid)
+        reporter.tampered.append("test " + item.nodeid + " " + why)
 
 
 def _name_and_code(item):
