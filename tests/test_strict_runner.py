@@ -981,8 +981,10 @@ def test_names_the_test_code_reads_cannot_be_rebound_by_the_change(tmp_path, cas
     strict mode reads the names the test module bound as they were bound, and the builtins."""
     tail, tests, reason = REBINDING[case]
     v, _, proc = run_strict(tmp_path, tail, RAISES_TESTS[tests])
-    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert "2 passed" in proc.stdout, (v.tests, proc.stdout[-2000:])  # the attack works in-process
     assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+    # a rebinding that outlives a test counts that test failed (checked after its teardown)
+    assert v.tests.get(F2P) == ("PASSED" if case in ("import-hook", "test-builtins") else "FAILED"), v.tests
 
 
 # Test modules that bind and rebind their own names the ordinary ways, and package code that

@@ -1596,6 +1596,7 @@ def _recording_module(names):
             types.ModuleType.__setattr__(self, attr, value)
 
     Module.__name__ = Module.__qualname__ = "module"
+    Module.__module__ = "builtins"  # its repr is ModuleType's: <class 'module'>
     return Module
 
 
