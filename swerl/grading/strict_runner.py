@@ -263,6 +263,9 @@ COMPARED_BUDGET = 256
 PLAIN = frozenset((str, bytes, int, float, complex, bool, type(None)))
 """Builtin types compared in C with no elements: a comparison of two of them needs no look."""
 
+GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
+"""CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: code whose call runs nothing yet."""
+
 CHECKERS = ("eq", "ne", "in", "not_in", "chain", "bound")
 """The runner's comparison functions, each bound in every rewritten test module as ``@swerl_NAME``
 (from ``_pytest.assertion.rewrite._swerl_NAME``): a name no source can spell."""
@@ -491,8 +494,8 @@ def _must_run(ast, mod, ops):
     expressions' arms, comprehensions, lambdas). Each gets a number its checker call passes,
     and the checker records (number, caller's code): a test that passed without one of them
     ran it with something else bound to the checker's name, even if that was put back before
-    the test ended. Returns ({id(node): number}, {(name, first line): numbers}); generators
-    and ``async`` functions are left out."""
+    the test ended. Returns ({id(node): number}, {(name, first line): numbers}); ``async``
+    functions are left out."""
     simple = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
     sites, funcs, todo = {}, {}, [mod.body]
     while todo:  # the module's functions and its classes' (in top-level if / try blocks too)
@@ -501,12 +504,14 @@ def _must_run(ast, mod, ops):
                 todo.append(node.body)
             elif isinstance(node, (ast.If, ast.Try)):
                 todo += [node.body, node.orelse, getattr(node, "finalbody", [])]
-            elif isinstance(node, ast.FunctionDef) and not _in_scope(ast, node, (ast.Yield, ast.YieldFrom)):
+            elif isinstance(node, ast.FunctionDef):  # a generator's is not asked (Reporter.unchecked)
                 found = []
                 for stmt in node.body:
                     if isinstance(stmt, simple) and stmt.value is not None:
                         found += _unconditional(ast, stmt.value, ops)
-                    if _in_scope(ast, stmt, (ast.Return,)):
+                    if isinstance(stmt, ast.Return) or (
+                        not isinstance(stmt, simple) and _in_scope(ast, stmt, (ast.Return,))
+                    ):
                         break
                 first = min([node.lineno] + [d.lineno for d in node.decorator_list])
                 numbers = []
@@ -519,16 +524,31 @@ def _must_run(ast, mod, ops):
 
 
 def _in_scope(ast, node, kinds):
-    """Whether ``node`` holds a node of ``kinds`` in its own scope (not in a nested def, lambda or class)."""
+    """Whether ``node`` holds a node of ``kinds`` in its own scope (not in a nested def, lambda or
+    class), pytest's explanation of a failed assert left out (its code neither returns nor yields;
+    it is the bulk of a rewritten test)."""
     nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
     todo = list(ast.iter_child_nodes(node)) if isinstance(node, nested) else [node]
     while todo:
         item = todo.pop()
         if isinstance(item, kinds):
             return True
+        if isinstance(item, ast.If) and _explains_failure(ast, item):
+            continue
         if not isinstance(item, nested):
             todo.extend(ast.iter_child_nodes(item))
     return False
+
+
+def _explains_failure(ast, node):
+    """``if not @py_assertN: ...``: pytest's code for an assert that failed."""
+    test = node.test
+    return (
+        type(test) is ast.UnaryOp
+        and type(test.op) is ast.Not
+        and type(test.operand) is ast.Name
+        and test.operand.id.startswith("@py_assert")
+    )
 
 
 def _unconditional(ast, expr, ops):
@@ -892,7 +912,9 @@ class Reporter:
         makes (see _must_run): its checker name held something else while it ran ("" if not).
         Only for the function itself (not a wrapper that may not call it)."""
         code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-        sites = self.required.get((code.co_filename, code.co_name, code.co_firstlineno)) if code else None
+        if code is None or code.co_flags & GENERATOR_FLAGS:  # its body may not have run at all
+            return ""
+        sites = self.required.get((code.co_filename, code.co_name, code.co_firstlineno))
         missed = [n for n in sites or () if (n, code) not in self.hits]
         if not missed:
             return ""
