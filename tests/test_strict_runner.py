@@ -1300,6 +1300,32 @@ def test_a_test_module_name_rebound_and_put_back_is_refused(tmp_path, case):
     assert any(reason in r for r in v.refused), v.refused
 
 
+# Package code makes pytest run something else for each test, with pytest's own functions (installed
+# code, so no framework-identity rule applies): the tests "pass" without their bodies' comparisons.
+BODY_NOT_RUN = {
+    "runtest-is-pytests-own-noop": (
+        "\nimport _pytest.nodes as _nodes\nimport _pytest.python as _python\n\n"
+        "_python.Function.runtest = _nodes.Node.teardown\n"
+    ),
+    "pyfunc-call-hookimpl-swapped": (
+        "\nimport sys as _sys\n\nimport _pytest.compat as _compat\n\n"
+        "for _hook in _sys.meta_path:\n    _config = getattr(_hook, 'config', None)\n"
+        "    if _config is not None:\n"
+        "        for _impl in _config.pluginmanager.hook.pytest_pyfunc_call.get_hookimpls():\n"
+        "            if getattr(_impl.plugin, '__name__', '') == '_pytest.python':\n"
+        "                _impl.function = _compat.get_real_func\n"
+        "        break\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BODY_NOT_RUN), ids=list(BODY_NOT_RUN))
+def test_a_test_whose_body_did_not_run_is_refused(tmp_path, case):
+    v, _, proc = run_strict(tmp_path, BODY_NOT_RUN[case], TESTS)
+    assert v.tests.get(F2P) == "FAILED", (v.tests, proc.stdout[-2000:])
+    assert any("test " + F2P + " passed with 1 comparison(s) without" in r for r in v.refused), v.refused
+
+
 BRANCHY_TESTS = """import functools
 import unittest
 

@@ -909,7 +909,9 @@ class Reporter:
 
     def unchecked(self, fn):
         """Why a test function that returned normally skipped a comparison every such run of it
-        makes (see _must_run): its checker name held something else while it ran ("" if not).
+        makes (see _must_run): its checker name held something else while it ran, or what ran
+        for it was not its body (a replaced runtest or call hook, a swapped ``__code__``: none of
+        its numbers is recorded with its code) ("" if not).
         Only for the function itself (not a wrapper that may not call it)."""
         code = getattr(getattr(fn, "__func__", fn), "__code__", None)
         if code is None or code.co_flags & GENERATOR_FLAGS:  # its body may not have run at all
@@ -919,7 +921,10 @@ class Reporter:
         if not missed:
             return ""
         return (
-            "ran " + str(len(missed)) + " comparison(s) without the runner's checker (its name was rebound)"
+            "passed with "
+            + str(len(missed))
+            + " comparison(s) without the runner's checker (a checker name was rebound, or the"
+            + " test's own body did not run: its runtest or call hook replaced, its code swapped)"
         )
 
     def bound_after(self, nodeid):
