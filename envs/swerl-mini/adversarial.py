@@ -2456,3 +2456,15 @@ CONTROLS += [
         ],
     },
 ]
+
+# Red team 4 kinds whose tests pass without their bodies' comparisons (pytest's own no-op as runtest,
+# its pyfunc_call hook answered by another function, a plugin clearing the call's exception, the
+# first test's code swapped into the later ones): the must-run check refuses them, so they are graded.
+BODY_NOT_RUN_4 = (
+    "runtest-is-pytests-own-noop-text",
+    "hookimpl-function-swapped-text",
+    "transient-hook-plugin-text",
+    "thread-launders-test-code-swap-text",
+)
+ADVERSARIAL += [e for e in OPEN_RED_TEAM_4 if e["name"] in BODY_NOT_RUN_4]
+OPEN_RED_TEAM_4[:] = [e for e in OPEN_RED_TEAM_4 if e["name"] not in BODY_NOT_RUN_4]
