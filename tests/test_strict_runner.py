@@ -255,6 +255,10 @@ def add(a, b):
             "\nimport _pytest.assertion.rewrite as _r\n_r._swerl_eq = lambda a, b: True\n",
             "modified during the run: _pytest.assertion.rewrite._swerl_eq",
         ),
+        (
+            "\nimport threading\nthreading.settrace(lambda *a: None)\n",
+            "a hook for new threads (threading.trace_hook)",
+        ),
     ],
     ids=[
         "gc",
@@ -271,6 +275,7 @@ def add(a, b):
         "equal-to-any-number",
         "chain-checker-patched",
         "checker-replaced",
+        "thread-trace-hook",
     ],
 )
 def test_in_process_tampering_is_recorded(tmp_path, tail, reason):
