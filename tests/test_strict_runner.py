@@ -266,6 +266,10 @@ def add(a, b):
             "\nimport _pytest.assertion.rewrite as _r\n_r._swerl_eq = lambda a, b: True\n",
             "modified during the run: _pytest.assertion.rewrite._swerl_eq",
         ),
+        (
+            "\nimport threading\nthreading.settrace(lambda *a: None)\n",
+            "a hook for new threads (threading.trace_hook)",
+        ),
     ],
     ids=[
         "gc",
@@ -282,6 +286,7 @@ def add(a, b):
         "equal-to-any-number",
         "chain-checker-patched",
         "checker-replaced",
+        "thread-trace-hook",
     ],
 )
 def test_in_process_tampering_is_recorded(tmp_path, tail, reason):
@@ -480,7 +485,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     warnings.warn("old", DeprecationWarning, stacklevel=2)
 exec(compile("Z = 1", "<generated>", "exec"))
-inspect.stack()
+inspect.signature(Options)  # introspection without frames (taking one is peeking: see PEEKS)
 
 
 def _built(defaults):  # a function built from source and given its defaults (boltons' FunctionBuilder)
@@ -1057,8 +1062,8 @@ import sys as _s
 
 _gettext.install("pkg")  # a new builtin (_), as applications do
 _b.pkg_debug_level = 0
-_caller = _inspect.stack()[1].filename  # frames and sources of the importer, read only
-_importer = _s._getframe(1).f_globals.get("__name__")
+_signature = _inspect.signature(_gettext.install)  # introspection without frames (see PEEKS)
+_importer = _s.modules.get(__name__)
 """
 
 
@@ -1161,6 +1166,261 @@ def test_hooks_applications_set_in_imported_modules_are_not_refused(tmp_path):
     )
     v, _, proc = run_strict(tmp_path, tail, tests)
     assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
+
+
+# Test peeking: the F2P test's expected value sits in its frame (a local, a constant of its code)
+# and in its source line; code under test that reads either returns what the test expects.
+PEEK_TESTS = """from pkg import add
+
+
+def test_add():
+    expected = 3
+    assert add(1, 2) == expected
+
+
+def test_zero():
+    assert add(0, 0) == 0
+"""
+_PEEK_HEAD = "\nimport sys\n_add = add\n\n\n"
+
+
+def _peek(body: str) -> str:
+    """A tail whose ``add`` returns ``body``'s ``got`` (what it peeked), else the buggy sum."""
+    return _PEEK_HEAD + "def add(a, b):\n" + body + "    return got if got is not None else _add(a, b)\n"
+
+
+def _line_peek(body: str) -> str:
+    """A tail whose ``add`` finds the calling test's line (``body`` sets ``line``) and returns the
+    value its ``==`` expects (``expected`` is a local of the test, 0 in ``test_zero``)."""
+    return _peek(
+        body + "    rhs = line.split('==', 1)[1].strip() if line and '==' in line else None\n"
+        "    got = {'expected': 3}.get(rhs, int(rhs) if rhs and rhs.isdigit() else None)\n"
+    )
+
+
+_WARNED = (  # the test's file and line, from a warning aimed at the caller (no frame taken)
+    "    import warnings\n    with warnings.catch_warnings(record=True) as w:\n"
+    "        warnings.simplefilter('always')\n        warnings.warn('where', stacklevel=2)\n"
+    "    where, lineno = w[0].filename, w[0].lineno\n"
+)
+_SIGNALLED = """
+import sys
+import signal as _signal_mod
+import time as _time
+
+_add = add
+_seen = []
+
+
+def _on_alarm(signum, frame):
+    _seen.append(frame)
+
+
+def add(a, b):
+    _seen.clear()
+    _signal_mod.signal(_signal_mod.SIGALRM, _on_alarm)
+    _signal_mod.setitimer(_signal_mod.ITIMER_REAL, 0.001)
+    end = _time.time() + 2
+    while not _seen and _time.time() < end:
+        pass
+    f = _seen[0] if _seen else None
+    while f is not None and "expected" not in f.f_locals:
+        f = f.f_back
+    return f.f_locals["expected"] if f is not None else _add(a, b)
+"""
+_FRAME = "took a frame"
+PEEKS = {
+    "getframe-locals": (_peek("    got = sys._getframe(1).f_locals.get('expected')\n"), _FRAME),
+    "getframe-f-back": (_peek("    got = sys._getframe(0).f_back.f_locals.get('expected')\n"), _FRAME),
+    "inspect-currentframe": (
+        _peek("    import inspect\n    got = inspect.currentframe().f_back.f_locals.get('expected')\n"),
+        _FRAME,
+    ),
+    "inspect-stack": (
+        _peek("    import inspect\n    got = inspect.stack()[1].frame.f_locals.get('expected')\n"),
+        _FRAME,
+    ),
+    "logging-currentframe": (
+        _peek("    import logging\n    got = logging.currentframe().f_back.f_locals.get('expected')\n"),
+        _FRAME,
+    ),
+    "traceback-walk-stack": (
+        _peek(
+            "    import traceback\n"
+            "    stack = traceback.StackSummary.extract(traceback.walk_stack(None), capture_locals=True)\n"
+            "    got = next((int(s.locals['expected']) for s in stack if 'expected' in (s.locals or {})), None)\n"
+        ),
+        _FRAME,
+    ),
+    "raised-traceback": (
+        _peek(
+            "    try:\n        raise KeyError(a)\n    except KeyError as e:\n"
+            "        got = e.__traceback__.tb_frame.f_back.f_locals.get('expected')\n"
+        ),
+        "tb_frame",
+    ),
+    "exc-info": (
+        _peek(
+            "    try:\n        1 / 0\n    except ZeroDivisionError:\n"
+            "        got = sys.exc_info()[2].tb_frame.f_back.f_locals.get('expected')\n"
+        ),
+        "tb_frame",
+    ),
+    "generator-frame": (
+        _peek(
+            "    box = []\n\n    def peek():\n        yield box[0].gi_frame.f_back.f_back.f_locals.get('expected')\n\n"
+            "    box.append(peek())\n    got = next(box[0])\n"
+        ),
+        "gi_frame",
+    ),
+    "code-constants": (
+        _peek("    consts = sys._getframe(1).f_code.co_consts\n    got = 3 if 3 in consts else None\n"),
+        _FRAME,
+    ),
+    "ctypes-frame": (
+        _peek(
+            "    import ctypes\n    get = ctypes.pythonapi.PyEval_GetFrame\n    get.restype = ctypes.py_object\n"
+            "    got = get().f_back.f_locals.get('expected')\n"
+        ),
+        "C API through ctypes (PyEval_GetFrame)",
+    ),
+    "signal-handler": (_SIGNALLED, "installed a signal handler"),
+    "extract-stack-line": (
+        _line_peek("    import traceback\n    line = traceback.extract_stack()[-2].line\n"),
+        _FRAME,
+    ),
+    "format-stack-line": (
+        _line_peek("    import traceback\n    line = traceback.format_stack()[-2].splitlines()[-1]\n"),
+        _FRAME,
+    ),
+    "open-test-file": (
+        _line_peek(_WARNED + "    line = open(where).read().splitlines()[lineno - 1]\n"),
+        "read a test file's source",
+    ),
+    "linecache-test-file": (
+        _line_peek(_WARNED + "    import linecache\n    line = linecache.getline(where, lineno)\n"),
+        "read a test file's source",
+    ),
+    "pathlib-test-file": (
+        _line_peek(
+            _WARNED
+            + "    import pathlib\n    line = pathlib.Path(where).read_text().splitlines()[lineno - 1]\n"
+        ),
+        "read a test file's source",
+    ),
+    "os-open-test-file": (
+        _line_peek(
+            _WARNED + "    import os\n    fd = os.open(where, os.O_RDONLY)\n"
+            "    line = os.read(fd, 1 << 20).decode().splitlines()[lineno - 1]\n"
+        ),
+        "read a test file's source",
+    ),
+    "inspect-getsource": (
+        _line_peek(
+            _WARNED + "    import inspect\n    mod = next(m for m in list(sys.modules.values())"
+            " if getattr(m, '__file__', None) == where)\n"
+            "    line = inspect.getsource(mod).splitlines()[lineno - 1]\n"
+        ),
+        "read a test file's source",
+    ),
+    "loader-get-source": (
+        _line_peek(
+            _WARNED + "    import importlib.machinery\n"
+            "    line = importlib.machinery.SourceFileLoader('t', where).get_source('t').splitlines()[lineno - 1]\n"
+        ),
+        "read a test file's source",
+    ),
+    "formatwarning-line": (
+        _line_peek(
+            _WARNED + "    line = warnings.formatwarning('', UserWarning, where, lineno).splitlines()[-1]\n"
+        ),
+        "read a test file's source",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PEEKS), ids=list(PEEKS))
+def test_code_that_peeks_at_the_calling_test_is_refused(tmp_path, case):
+    tail, reason = PEEKS[case]
+    v, _, proc = run_strict(tmp_path, tail, PEEK_TESTS)
+    assert v.tests == {F2P: "PASSED", P2P: "PASSED"}, (v.tests, proc.stdout[-3000:])  # the peek works
+    assert any(reason in r and "pkg/__init__.py" in r for r in v.refused), "\n".join(v.refused)
+
+
+def test_a_cached_line_of_a_test_file_is_read_again_each_test(tmp_path):
+    """An earlier test's warning (pytest formats it, putting the file's lines in ``linecache``)
+    leaves no cached line for a later test to read without an ``open``."""
+    tests = (
+        "import warnings\n\nfrom pkg import add\n\n\ndef test_early():\n    warnings.warn('cached')\n\n\n"
+        + PEEK_TESTS.split("\n", 2)[2]
+    )
+    tail = _line_peek(_WARNED + "    import linecache\n    line = linecache.getline(where, lineno)\n")
+    v, _, proc = run_strict(tmp_path, tail, tests)
+    assert v.tests[F2P] == "PASSED", (v.tests, proc.stdout[-3000:])
+    assert any("read a test file's source" in r for r in v.refused), (v.refused, proc.stdout[-3000:])
+
+
+FRAME_FREE_PACKAGE = """
+
+import collections, dataclasses, enum, logging, traceback, typing, warnings
+
+_log = logging.getLogger("pkg")
+_handler = logging.StreamHandler()
+_handler.setFormatter(logging.Formatter("%(filename)s:%(lineno)d %(funcName)s %(message)s"))
+_log.addHandler(_handler)
+Pair = collections.namedtuple("Pair", "a b")
+Colour = enum.Enum("Colour", "RED GREEN")
+T = typing.TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    sep: str = "-"
+
+
+_add = add
+
+
+def add(a, b):
+    _log.warning("adding %s and %s", a, b)
+    warnings.warn("add is old", DeprecationWarning, stacklevel=2)
+    try:
+        {}[a]
+    except KeyError:
+        _log.exception("missing %s", a)
+        text = traceback.format_exc()
+        lines = traceback.extract_tb(sys.exc_info()[2])
+        traceback.print_exc()
+    assert "KeyError" in text and lines
+    return Pair(_add(a, b), Options()).a
+"""
+FRAME_TAKING_TESTS = """import inspect
+import sys
+import traceback
+
+from pkg import add
+
+
+def test_add():
+    assert inspect.currentframe().f_code.co_name == "test_add"
+    assert inspect.stack()[0].function == "test_add"
+    assert traceback.extract_stack()[-1].name == "test_add"
+    assert sys._getframe(0).f_locals is not None
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    assert add(0, 0) == 0
+"""
+
+
+def test_package_code_that_logs_warns_and_formats_its_own_errors_is_not_peeking(tmp_path):
+    """Frames taken for the library's own use (logging's caller, a warning's stack level,
+    ``namedtuple``'s module) and a caught exception's own traceback are the change's to use, and
+    the tests may take frames themselves."""
+    v, _, proc = run_strict(tmp_path, "\nimport sys" + FRAME_FREE_PACKAGE, FRAME_TAKING_TESTS)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
+    assert "__init__.py:" in proc.stdout + proc.stderr or "adding" in proc.stdout + proc.stderr
 
 
 # The tests call an installed helper (math.isclose); package code binds something else to it that

@@ -36,6 +36,52 @@ WATCHED = ("pytest", "_pytest", "pluggy", "unittest")
 runs ``TestCase`` tests through it, and a failed ``assertEqual`` never reaches pytest as an
 exception)."""
 
+ALL = frozenset(("*",))
+HANDS = {
+    "inspect": ALL,
+    "linecache": ALL,
+    "tokenize": ALL,
+    "pathlib": ALL,
+    "ctypes": ALL,
+    "traceback": frozenset(
+        (
+            "walk_stack",
+            "walk_tb",
+            "_walk_tb_with_full_positions",
+            "extract_stack",
+            "format_stack",
+            "print_stack",
+            "extract",
+            "_extract_from_extended_frame_gen",
+            "extended_frame_gen",
+            "line",
+            "_original_line",
+            "_set_lines",
+        )
+    ),
+    "logging": frozenset(("currentframe", "<lambda>")),
+    "warnings": frozenset(("formatwarning", "_formatwarnmsg_impl")),
+    "codecs": frozenset(("open",)),
+    "pkgutil": frozenset(("get_data",)),
+    "importlib._bootstrap_external": frozenset(("get_data", "get_source")),
+    "signal": frozenset(("signal",)),
+}
+"""Standard-library functions (by module: all of them, or these) whose job is to hand the running
+stack's frames, its source text, or a file's text to their caller: a frame or a read they ask for
+is their caller's. Functions that take frames only for their own use (logging's ``findCaller``,
+``warnings``' stack level, ``namedtuple``, ``enum``, ``typing``, ``TracebackException`` and
+``extract_tb`` formatting a caught exception's own traceback) are not here: what they ask for is
+theirs, and honest code calls them all the time."""
+FRAME_ATTRS = {
+    "f_code": "read a frame's code",
+    "tb_frame": "took a frame from a traceback (tb_frame)",
+    "gi_frame": "took a generator's frame (gi_frame)",
+    "cr_frame": "took a coroutine's frame (cr_frame)",
+    "ag_frame": "took an async generator's frame (ag_frame)",
+}
+"""The attribute reads that hand out a frame (or show one is held) and raise an audit event;
+``f_back``, ``f_locals`` and ``f_globals`` raise none, so the first frame is what is watched."""
+
 
 class Channel:
     """The test process's side: plain records on a pipe to the supervisor, which alone holds
@@ -1193,6 +1239,9 @@ class Guard:
         "os.utime",
         "os.chmod",
         "os.chown",
+        "sys._getframe",
+        "object.__getattr__",
+        "ctypes.dlsym",
     }
 
     def __init__(self, root, changed, protected, started, test_dirs=()):
@@ -1210,6 +1259,8 @@ class Guard:
         keyword defaults are assigned only through it): the only bodies :func:`changed_since`
         reads."""
         self.installed = False
+        self.hands = {}  # co_filename -> what of it hands frames or text to its caller (HANDS)
+        self.sources = set()  # the files pytest rewrote (the reporter's set, shared once it exists)
         self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
         self.copied, self.copies = {}, {}
         """{id(code): (code, [functions with it], their ids)} for each code object the change's code
@@ -1289,10 +1340,82 @@ class Guard:
             f = f.f_back
         return ""
 
-    def __call__(self, event, args, _events=EVENTS):
-        if event not in _events:  # most events (every ``__code__`` read) end here
+    def asker(self, depth):
+        """The frame that asked for what the frame ``depth`` levels up did: that frame, or, while
+        it is a standard-library function that hands frames or text to its caller (HANDS), its
+        caller. Only the asker is blamed: a frame of the change further up the stack is not (its
+        logging, warnings and namedtuples take frames for their own use)."""
+        f = sys._getframe(depth + 1)
+        while f is not None and self._hands(f.f_code):
+            f = f.f_back
+        return f
+
+    def _hands(self, code):
+        names = self.hands.get(code.co_filename, _MISSING)
+        if names is _MISSING:
+            names = self.hands[code.co_filename] = HANDS.get(_stdlib_module(code.co_filename))
+        return names is not None and (names is ALL or code.co_name in names)
+
+    def _asked(self, what, path=None):
+        """Record ``what`` when the frame that asked (see :meth:`asker`; called from ``_check``)
+        is the change's code; with ``path``, only when the file read is a test's source."""
+        f = self.asker(3)  # _asked, _check, __call__, then the frame whose call raised the event
+        if f is None or not self._mine(f.f_code):
             return
-        if event == "object.__setattr__":  # whatever the name says: compared later, by identity
+        if path is not None and not self._test_source(path):
+            return
+        why = "the change's code (" + f.f_code.co_filename + ") " + what
+        if why not in self.found:
+            self.found.append(why)
+
+    def _test_source(self, path):
+        """Whether ``path`` is a test's source: a file pytest rewrote (a test module, a conftest),
+        a test file of the run, a ``conftest.py``, or a ``.py`` a test directory held before the
+        run (one the change made there is its own)."""
+        try:
+            full = os.path.realpath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return False
+        if not full.endswith(".py"):
+            return False
+        if os.path.basename(full) == "conftest.py" or full in self.before or full in self.protected:
+            return True
+        return full in {os.path.realpath(p) for p in self.sources}
+
+    def handler_set(self, handler):
+        """``signal.signal`` was called (the runner wraps it: no audit event): a handler is handed
+        the frame the signal interrupts, the test's own, with no event the hook could see."""
+        if not callable(handler) or self.busy:
+            return
+        self.busy = True
+        try:
+            f = self.asker(2)  # handler_set, the wrapper, then its caller
+            why = "the change's code (%s) installed a signal handler: it is handed the frame a signal interrupts"
+            if f is not None and self._mine(f.f_code) and why % f.f_code.co_filename not in self.found:
+                self.found.append(why % f.f_code.co_filename)
+        finally:
+            self.busy = False
+
+    def hooks_why(self):
+        """Trace or profile hooks the change's code left for threads to install (``threading.settrace``
+        sets a name; the thread's own ``sys.settrace`` then runs with none of the change's frames on
+        its stack): each such hook is handed every frame of the thread."""
+        threading = sys.modules.get("threading")
+        out = []
+        for name in ("_trace_hook", "_profile_hook"):
+            hook = getattr(threading, name, None)
+            code = getattr(getattr(hook, "__func__", hook), "__code__", None)
+            if code is not None and self._mine(code):
+                out.append("the change's code left a hook for new threads (threading." + name[1:] + ")")
+        return out
+
+    def __call__(self, event, args, _events=EVENTS, _frames=FRAME_ATTRS):
+        if event not in _events:  # most events end here
+            return
+        if event == "object.__getattr__":
+            if args[1] not in _frames:  # every ``__code__`` read ends here
+                return
+        elif event == "object.__setattr__":  # whatever the name says: compared later, by identity
             self.touched.append(args[0])  # before ``busy``: another thread's assignment counts too
         if self.busy:
             return
@@ -1308,12 +1431,24 @@ class Guard:
         if event in ("os.utime", "os.chmod", "os.chown"):  # metadata only: noted (a test's own
             self._protected(args[0])  # touch of its data changes the ctime), never blamed
             return
+        if event in ("sys._getframe", "object.__getattr__"):
+            what = FRAME_ATTRS[args[1]] if event == "object.__getattr__" else "took a frame (sys._getframe)"
+            self._asked(what + ": the calling test's locals, globals and source line are a step away")
+            return
+        if event == "ctypes.dlsym":
+            if str(args[-1]).startswith(("Py", "_Py")):
+                self._asked("reached the interpreter's own C API through ctypes (" + str(args[-1]) + ")")
+            return
         if event == "open":
             path, mode, flags = args[0], args[1] or "", args[2] or 0
             writes = any(c in str(mode) for c in "wax+") or (flags & (os.O_WRONLY | os.O_RDWR))
             if writes and isinstance(path, str) and path.endswith(".pyc"):
                 self.bytecode.add(os.path.realpath(path))
-            if not writes or not self._protected(path):
+            if not writes:
+                if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__"):
+                    self._asked("read a test file's source: " + str(path), path)
+                return
+            if not self._protected(path):
                 return
             what = "wrote " + str(path)
         elif event in ("os.rename", "os.link", "os.symlink"):
@@ -1627,6 +1762,38 @@ def _recording_module(names):
     return Module
 
 
+STDLIB = os.path.dirname(getattr(os, "__file__", None) or "")
+
+
+def _stdlib_module(filename, _lib=STDLIB):
+    """The standard-library module ``filename`` is ("" if none): frozen ones (``<frozen codecs>``)
+    by their name, the others by their path under the library (not its site-packages)."""
+    if filename.startswith("<frozen "):
+        return filename[8:-1]
+    if not _lib or not filename.startswith(_lib + os.sep) or "-packages" + os.sep in filename:
+        return ""
+    name = filename[len(_lib) + 1 :]
+    name = name[:-3] if name.endswith(".py") else name
+    name = name.replace(os.sep, ".")
+    return name[: -len(".__init__")] if name.endswith(".__init__") else name
+
+
+def _watch_signals(guard):
+    """Route ``signal.signal`` (``_signal.signal``, which ``signal.signal`` calls) through the
+    guard: installing a handler raises no audit event, and a handler is handed a frame."""
+    try:
+        import _signal
+    except ImportError:
+        return
+    real = _signal.signal
+
+    def signal(signalnum, handler):
+        guard.handler_set(handler)
+        return real(signalnum, handler)
+
+    _signal.signal = signal
+
+
 def _wrap_call(reporter):
     import pytest
 
@@ -1642,7 +1809,11 @@ def _wrap_call(reporter):
         why = why or reporter.copied(getattr(item, "obj", None))
         reporter.current = item.nodeid
         reporter.hits.clear()
+        _forget_sources(reporter.rewritten)
         outcome = yield
+        guard = getattr(reporter, "guard", None)
+        if guard is not None and guard.installed:
+            reporter.tampered += guard.hooks_why()
         try:
             rerouted = reporter.test_rerouted(item.obj)
         except Exception:  # items without a Python function (doctests, other plugins' items)
@@ -1672,6 +1843,15 @@ def _after_call(reporter, item, passed):
     if why:
         reporter.raised.add(item.nodeid)
         reporter.tampered.append("test " + item.nodeid + " " + why)
+
+
+def _forget_sources(files):
+    """Drop the tests' files from ``linecache`` before each test: a line cached there (pytest's
+    report of an earlier failure or warning put it there) is read with no ``open`` to see."""
+    cache = getattr(sys.modules.get("linecache"), "cache", None)
+    if isinstance(cache, dict):
+        for name in list(files):
+            cache.pop(name, None)
 
 
 def _name_and_code(item):
@@ -1943,9 +2123,11 @@ def main():
     protected = [here] + [t for t in tests if os.path.isfile(t)]
     guard = Guard(cwd, changed, protected, reporter.started, test_dirs(tests, cwd))
     reporter.guard = guard
+    guard.sources = reporter.rewritten
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(guard)
         guard.installed = True
+        _watch_signals(guard)
     reporter.installed_names = InstalledNames(cwd, reporter)  # before any code of the repository runs
     reporter.installed_names.take_all()
     reporter.installed_names.watch_imports()
