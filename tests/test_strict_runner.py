@@ -32,12 +32,18 @@ F2P, P2P = "tests/test_add.py::test_add", "tests/test_add.py::test_zero"
 
 
 def run_strict(
-    tmp_path: Path, tail: str = "", tests: str = TESTS, warm: bool = False, files: dict | None = None
+    tmp_path: Path,
+    tail: str = "",
+    tests: str = TESTS,
+    warm: bool = False,
+    files: dict | None = None,
+    site: dict | None = None,
 ) -> tuple:
     """A repo whose ``add`` is wrong, ``tail`` appended to the changed package (and ``files``
     of the base, {path: text}); the runner run as the eval script's ``python -m pytest`` would
     be (``warm``: after an ordinary pytest run left its rewritten test modules in the bytecode
-    cache). Returns (verdict, key, process)."""
+    cache; ``site``: {path: text} of installed packages, outside the repository on the path).
+    Returns (verdict, key, process)."""
     repo, run = tmp_path / "repo", tmp_path / "run"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
@@ -61,6 +67,11 @@ def run_strict(
     (run / "key").write_text(key)
     (run / "changed.json").write_text(json.dumps(["pkg/__init__.py"]))
     env = {**os.environ, "PYTHONSAFEPATH": "1", "SWERL_RUN_DIR": str(run)}
+    if site:
+        for path, text in site.items():
+            (tmp_path / "site" / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "site" / path).write_text(text)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "site"), env.get("PYTHONPATH")]))
     proc = subprocess.run(
         [
             sys.executable,
@@ -975,8 +986,10 @@ def test_names_the_test_code_reads_cannot_be_rebound_by_the_change(tmp_path, cas
     strict mode reads the names the test module bound as they were bound, and the builtins."""
     tail, tests, reason = REBINDING[case]
     v, _, proc = run_strict(tmp_path, tail, RAISES_TESTS[tests])
-    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert "2 passed" in proc.stdout, (v.tests, proc.stdout[-2000:])  # the attack works in-process
     assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+    # a rebinding that outlives a test counts that test failed (checked after its teardown)
+    assert v.tests.get(F2P) == ("PASSED" if case in ("import-hook", "test-builtins") else "FAILED"), v.tests
 
 
 # Test modules that bind and rebind their own names the ordinary ways, and package code that
@@ -1408,3 +1421,235 @@ def test_package_code_that_logs_warns_and_formats_its_own_errors_is_not_peeking(
     v, _, proc = run_strict(tmp_path, "\nimport sys" + FRAME_FREE_PACKAGE, FRAME_TAKING_TESTS)
     assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
     assert "__init__.py:" in proc.stdout + proc.stderr or "adding" in proc.stdout + proc.stderr
+
+
+# The tests call an installed helper (math.isclose); package code binds something else to it that
+# is no code of the change's own: an installed object, a builtin, a partial (the planted rule above
+# asks whose code a value is, so these need the names' own record).
+MATH_TESTS = (
+    "import math\n\nfrom pkg import add\n\n\ndef test_add():\n    assert math.isclose(add(1, 2), 3)\n\n\n"
+    "def test_zero():\n    assert add(0, 0) == 0\n"
+)
+PATCHER = {  # an installed package that patches the standard library, as gevent's patch_all does
+    "patcher/__init__.py": "import math\n\n_real = math.isclose\n\n\n"
+    "def isclose(a, b, **kwargs):\n    return _real(a, b, **kwargs)\n\n\n"
+    "def patch_all():\n    math.isclose = isclose\n\n\ndef permissive():\n    math.isclose = max\n",
+}
+FOREIGN = {
+    "magicmock": "\nimport math as _m\nfrom unittest import mock as _mock\n\n_m.isclose = _mock.MagicMock(return_value=True)\n",
+    "builtin": "\nimport math as _m\n\n_m.isclose = max\n",
+    "partial": "\nimport functools as _f\nimport math as _m\n\n_m.isclose = _f.partial(max, 1)\n",
+    "setattr-exec": "\nimport math as _m\n\nsetattr(_m, 'isclose', eval('lambda *a, **k: True'))\n",
+    "mock-patch-start": "\nfrom unittest import mock as _mock\n\n_mock.patch('math.isclose', return_value=True).start()\n",
+    "installed-patcher": "\nimport patcher as _p\n\n_p.permissive()\n",
+    "module-getattr": "\nimport math as _m\n\ndel _m.isclose\n_m.__getattr__ = lambda name: max\n",
+    "dict-write": "\nimport math as _m\n\nvars(_m)['isclose'] = max\n",
+    "thread": "\nimport functools as _f, math as _m, threading as _t\n\n"
+    "_th = _t.Timer(0, _f.partial(setattr, _m, 'isclose', max))\n_th.start()\n_th.join()\n",
+    "undone-later": "\nimport math as _m\n\n_real, _m.isclose, _add = _m.isclose, max, add\n\n\n"
+    "def add(a, b):\n    if a == 0:  # the last test: put it back before the end\n"
+    "        _m.isclose = _real\n    return _add(a, b)\n",
+}
+
+
+@pytest.mark.parametrize("case", list(FOREIGN), ids=list(FOREIGN))
+def test_foreign_objects_planted_in_modules_the_tests_import_are_refused(tmp_path, case):
+    v, _, proc = run_strict(tmp_path, FOREIGN[case], MATH_TESTS, site=PATCHER)
+    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert any("no longer holds what its own code bound" in r and "math." in r for r in v.refused), v.refused
+
+
+INSTALLED_CONTROLS = {
+    "conftest.py": "import math\n\nimport patcher\nimport pytest\n\npatcher.patch_all()\n\n\n"
+    "def _close(a, b, **kwargs):\n    return abs(a - b) < 1e-9\n\n\n"
+    "@pytest.fixture(autouse=True, scope='session')\ndef _session_patch():\n"
+    "    mp = pytest.MonkeyPatch()\n    mp.setattr(math, 'isclose', _close)\n    yield\n    mp.undo()\n",
+}
+INSTALLED_TESTS = """import email
+import functools
+import math
+import os
+import pdb
+import xml
+from unittest import mock
+
+import lazyp
+
+from pkg import add
+
+
+def _mine(a, b, **kwargs):
+    return a == b
+
+
+def test_add(monkeypatch):
+    monkeypatch.setattr(math, "isclose", mock.MagicMock(return_value=True))
+    monkeypatch.setattr(os, "getcwd", lambda: "/")
+    assert math.isclose(1, 2) and email and xml and pdb and lazyp.helper(1) == 1
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    math.isclose = _mine  # the test's own function, left in place
+    math.fabs = functools.partial(math.fabs)  # an installed value the test sets, left in place
+    assert add(0, 0) == 0 and math.isclose(1, 1)
+"""
+LAZY = {
+    "lazyp/__init__.py": "def __getattr__(name):\n    if name == 'helper':\n        from lazyp._impl import helper\n\n"
+    "        globals()['helper'] = helper\n        return helper\n    raise AttributeError(name)\n\n\n"
+    "def reset():\n    import sys\n\n    from lazyp._impl import reset as again\n\n"
+    "    setattr(sys.modules[__name__], 'reset', again)\n",
+    "lazyp/_impl.py": "def helper(x):\n    return x\n\n\ndef reset():\n    pass\n",
+}
+
+
+def test_installed_modules_rebound_the_ordinary_ways_are_not_refused(tmp_path):
+    """A base conftest patching an installed module for the session (through an installed
+    patcher, and with MonkeyPatch undone at the end); pytest's monkeypatch; a test binding its
+    own function or an installed value; the package importing submodules lazily, using
+    unittest.mock inside one call, gettext.install, and an installed package binding its own
+    function under its name (lazily, through its dict and through setattr)."""
+    tail = (
+        "\nimport gettext as _gettext\nimport os as _os\nfrom unittest import mock as _mock\n\n"
+        "import lazyp as _lazyp\n\n_gettext.install('pkg')\n_lazyp.reset()\n_add = add\n\n\n"
+        "def add(a, b):\n    import email.mime.text\n    import xml.dom.minidom\n\n"
+        "    with _mock.patch.object(_os, 'getcwd', lambda: '/'):\n        _os.getcwd()\n"
+        "    _mock.MagicMock()(a)\n    return _add(a, b)\n"
+    )
+    site = {**PATCHER, **LAZY}
+    v, _, proc = run_strict(
+        tmp_path, tail, INSTALLED_TESTS, files={"conftest.py": INSTALLED_CONTROLS["conftest.py"]}, site=site
+    )
+    assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
+
+
+# Package code rebinds a test module's name while the test runs and puts it back later: before
+# the test ends (a checker name: the comparison ran without it) or after (a constant the test read).
+TRANSIENT = {
+    "checker-put-back-by-itself": (
+        "\nimport sys as _sys\n\n_add = add\n\n\ndef add(a, b):\n    g = _sys._getframe(1).f_globals\n"
+        "    real = g['@swerl_eq']\n\n    def fake(x, y, *rest):\n        g['@swerl_eq'] = real\n        return True\n\n"
+        "    g['@swerl_eq'] = fake\n    return _add(a, b)\n",
+        TESTS,
+        "comparison(s) without the runner's checker",
+    ),
+    "checker-forwarding": (
+        "\nimport sys as _sys\n\n_add = add\n\n\ndef add(a, b):\n    g = _sys._getframe(1).f_globals\n"
+        "    real = g['@swerl_eq']\n\n    def fake(x, y, *rest):\n        g['@swerl_eq'] = real\n        return real(y, y, *rest)\n\n"
+        "    g['@swerl_eq'] = fake\n    return _add(a, b)\n",
+        TESTS,
+        "comparison(s) without the runner's checker",
+    ),
+    "constant-put-back-in-the-next-test": (
+        "\nimport sys as _sys\n\n_add, _saved = add, {}\n\n\ndef add(a, b):\n    g = _sys._getframe(1).f_globals\n"
+        "    if a == 0:\n        g.update(_saved)  # the next test: put it back\n"
+        "    elif 'EXPECTED' in g:\n        _saved['EXPECTED'] = g['EXPECTED']\n        g['EXPECTED'] = _add(a, b)\n"
+        "    return _add(a, b)\n",
+        "from pkg import add\n\nEXPECTED = 3\n\n\ndef test_add():\n    assert add(1, 2) == EXPECTED\n\n\n"
+        "def test_zero():\n    assert add(0, 0) == 0\n",
+        "no longer held what its own statements bound after test tests/test_add.py::test_add: EXPECTED",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(TRANSIENT), ids=list(TRANSIENT))
+def test_a_test_module_name_rebound_and_put_back_is_refused(tmp_path, case):
+    tail, tests, reason = TRANSIENT[case]
+    v, _, proc = run_strict(tmp_path, tail, tests)
+    assert v.tests.get(F2P) == "FAILED", (v.tests, proc.stdout[-2000:])  # passed in-process: counted failed
+    assert any(reason in r for r in v.refused), v.refused
+
+
+# Package code makes pytest run something else for each test, with pytest's own functions (installed
+# code, so no framework-identity rule applies): the tests "pass" without their bodies' comparisons.
+BODY_NOT_RUN = {
+    "runtest-is-pytests-own-noop": (
+        "\nimport _pytest.nodes as _nodes\nimport _pytest.python as _python\n\n"
+        "_python.Function.runtest = _nodes.Node.teardown\n"
+    ),
+    "pyfunc-call-hookimpl-swapped": (
+        "\nimport sys as _sys\n\nimport _pytest.compat as _compat\n\n"
+        "for _hook in _sys.meta_path:\n    _config = getattr(_hook, 'config', None)\n"
+        "    if _config is not None:\n"
+        "        for _impl in _config.pluginmanager.hook.pytest_pyfunc_call.get_hookimpls():\n"
+        "            if getattr(_impl.plugin, '__name__', '') == '_pytest.python':\n"
+        "                _impl.function = _compat.get_real_func\n"
+        "        break\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BODY_NOT_RUN), ids=list(BODY_NOT_RUN))
+def test_a_test_whose_body_did_not_run_is_refused(tmp_path, case):
+    v, _, proc = run_strict(tmp_path, BODY_NOT_RUN[case], TESTS)
+    assert v.tests.get(F2P) == "FAILED", (v.tests, proc.stdout[-2000:])
+    assert any("test " + F2P + " passed with 1 comparison(s) without" in r for r in v.refused), v.refused
+
+
+BRANCHY_TESTS = """import functools
+import unittest
+
+import pytest
+
+from pkg import add
+
+
+def _skipped(fn):  # a decorator that passes without calling the test
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return None
+
+    return wrapper
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_early_return():
+    if add(0, 0) == 0:
+        return
+    assert add(0, 0) == 1
+
+
+def test_loop_and_branches():
+    for n in range(3):
+        assert add(n, 0) == n
+    x = add(0, 0) == 0 or add(1, 1) == 5
+    y = [v == 0 for v in [add(0, 0)]]
+    with pytest.raises(ZeroDivisionError):
+        1 / 0
+        assert add(0, 0) == 1
+    assert x and y and (add(0, 0) in [0]) and (add(0, 0) not in [1])
+
+
+@_skipped
+def test_wrapped():
+    assert add(0, 0) == 1
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_param(n):
+    assert add(n, 0) != n + 1
+
+
+class TestCase(unittest.TestCase):
+    def test_method(self):
+        self.assertTrue(add(0, 0) == 0)
+        assert add(0, 0) == 0
+
+
+def test_skipped_midway():
+    assert add(0, 0) == 0
+    pytest.skip("not here")
+    assert add(0, 0) == 1
+"""
+
+
+def test_comparisons_that_may_not_run_are_not_required(tmp_path):
+    """An early return, loops, ``or`` / comprehension operands, a ``pytest.raises`` block, a
+    decorator that passes without calling the test, parametrized tests, a TestCase method and a
+    skip midway: none refused for a comparison it did not reach."""
+    v, _, proc = run_strict(tmp_path, "", BRANCHY_TESTS.replace("def add", "def _unused"))
+    assert v.refused == [] and v.tests[F2P] == "FAILED", (v.refused, v.tests, proc.stdout[-3000:])
+    assert sum(s == "PASSED" for s in v.tests.values()) == 6, v.tests
