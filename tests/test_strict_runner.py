@@ -1288,7 +1288,7 @@ UNITTEST_ASSERT_TESTS = (  # plain test functions calling a TestCase's assert (w
     "def test_add():\n    CASE.{0}(pieces(1, 2), ['3'])\n\n\n"
     "def test_zero():\n    CASE.{0}(pieces(0, 0), ['0'])\n"
 )
-for _name in ("assertListEqual", "assertSequenceEqual", "assertEqual"):
+for _name in ("assertListEqual", "assertSequenceEqual", "assertEqual", "assertAlmostEqual"):
     LENIENT[_name] = (
         ITEMS,
         UNITTEST_ASSERT_TESTS.format(_name),
@@ -1378,7 +1378,8 @@ class MyText(collections.UserString):  # a wrapper subclass of the change's, equ
     def shout(self):
         return self.upper()
 """
-HONEST_SHAPE_TESTS = """import unittest
+HONEST_SHAPE_TESTS = """import decimal
+import unittest
 from unittest import mock
 
 import pytest
@@ -1414,6 +1415,9 @@ def test_add():
     case.assertTupleEqual(v["pair"], (1, 2))
     case.assertSequenceEqual(v["ulist"], [1, "x"])
     case.assertMultiLineEqual(str(v["title"]), "Hello World")
+    case.assertAlmostEqual(good(0.1, 0.2), 0.3)
+    case.assertAlmostEqual(v["dec"], decimal.Decimal("0.5"))
+    case.assertAlmostEqual(Title("Abc"), "Abc")
 
 
 def test_zero():
@@ -1938,6 +1942,14 @@ NUM_BASE = (
     [
         ("base-class-kept", NUM_BASE.replace("Num(a - b)", "Num(a + b)"), None),
         (
+            "base-class-decorated-eq-kept",
+            "from pkg.deco import _numbers\n\n\n"  # a decorator of an unchanged module (sympy's _sympifyit)
+            + NUM_BASE.replace("    def __eq__", "    @_numbers\n    def __eq__").replace(
+                "Num(a - b)", "Num(a + b)"
+            ),
+            None,
+        ),
+        (
             "base-eq-rewritten",
             NUM_BASE.replace("return self.n == (", "return abs(self.n - (").replace(
                 "else other)\n", "else other)) <= 4\n"
@@ -1952,6 +1964,7 @@ NUM_BASE = (
             "compared a Near where the test wrote a literal (its equality is the change's)",
         ),
     ],
+    ids=lambda x: x if isinstance(x, str) and len(x) < 40 and "\n" not in x else "",
 )
 def test_a_class_the_base_had_keeps_its_comparisons_with_literals(tmp_path, case, now, reason):
     """A value class the base commit defines, in a file the change touched, with its ``__eq__``
@@ -1959,12 +1972,16 @@ def test_a_class_the_base_had_keeps_its_comparisons_with_literals(tmp_path, case
     sympy's numbers or astropy's quantities), clean. One the change added, or whose ``__eq__``
     it rewrote, is read as the change's (refused where the test wrote a literal)."""
     repo_text = now.replace(BUGGY, "")
-    v, _, proc = run_strict(tmp_path, "", TESTS, base_text=NUM_BASE, files={"pkg/__init__.py": repo_text})
+    base = NUM_BASE if "decorated" not in case else now.replace("Num(a + b)", "Num(a - b)")
+    deco = "import functools\n\n\ndef _numbers(fn):\n    @functools.wraps(fn)\n    def inner(self, other):\n"
+    deco += "        return fn(self, other)\n\n    return inner\n"
+    files = {"pkg/__init__.py": repo_text, "pkg/deco.py": deco}
+    v, _, proc = run_strict(tmp_path, "", TESTS, base_text=base, files=files)
     if reason is None:
         assert (v.tests, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, []), (v.refused, proc.stdout[-2000:])
     else:
         assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
     # without the base's text (a file the base did not have) the class is the change's
     if reason is None:
-        v, _, proc = run_strict(tmp_path / "nobase", "", TESTS, files={"pkg/__init__.py": repo_text})
+        v, _, proc = run_strict(tmp_path / "nobase", "", TESTS, files=files)
         assert any("its equality is the change's" in r for r in v.refused), (v.refused, proc.stdout[-2000:])

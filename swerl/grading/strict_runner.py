@@ -1047,10 +1047,12 @@ UNITTEST_ASSERTS = (
     ("assertSequenceEqual", "=="),
     ("assertMultiLineEqual", "=="),
     ("assertCountEqual", "count"),
+    ("assertAlmostEqual", "almost"),
 )
 """``TestCase`` methods that compare in unittest's code (not rewritten), and how: a passing one
 is shown to the checker as that comparison (``count``: each element of the first found in the
-second, in any order)."""
+second, in any order; ``almost``: ``==`` when the two are equal by ``==``, the shortcut
+``assertAlmostEqual`` takes before any arithmetic)."""
 
 
 def _watch_unittest(reporter):
@@ -1069,6 +1071,15 @@ def _watch_assert(case, name, op, reporter):
 
     def checked(self, first, second, *args, **kwargs):
         original(self, first, second, *args, **kwargs)
+        if op == "almost":
+            try:
+                said = first == second
+                equal = said is True or (said is not False and said is not None and bool(said))
+            except Exception:
+                equal = False
+            if equal:
+                reporter.compared(("==",), (first, second))
+            return
         if op != "count":
             reporter.compared((op,), (first, second))
             return
@@ -1671,6 +1682,13 @@ class Reporter:
         fn = vars(provider).get(name)
         if type(fn) is not types.FunctionType or not self._in_base(provider):
             return False
+        for _ in range(8):  # a decorated def (functools.wraps): the def is the innermost function;
+            inner = getattr(fn, "__wrapped__", None)  # each wrapper's code must be the base's own
+            if type(inner) is not types.FunctionType:
+                break
+            if self._file_why(fn.__code__.co_filename):
+                return False
+            fn = inner
         mod = sys.modules.get(str(provider.__module__))
         path = _namespace(mod).get("__file__") if mod is not None else None
         if os.path.realpath(fn.__code__.co_filename) != os.path.realpath(str(path)):
