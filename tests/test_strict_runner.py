@@ -32,7 +32,12 @@ F2P, P2P = "tests/test_add.py::test_add", "tests/test_add.py::test_zero"
 
 
 def run_strict(
-    tmp_path: Path, tail: str = "", tests: str = TESTS, warm: bool = False, files: dict | None = None
+    tmp_path: Path,
+    tail: str = "",
+    tests: str = TESTS,
+    warm: bool = False,
+    files: dict | None = None,
+    paths: tuple = ("tests/test_add.py",),
 ) -> tuple:
     """A repo whose ``add`` is wrong, ``tail`` appended to the changed package (and ``files``
     of the base, {path: text}); the runner run as the eval script's ``python -m pytest`` would
@@ -71,7 +76,7 @@ def run_strict(
             "no:cacheprovider",
             "-p",
             "no:randomly",
-            "tests/test_add.py",
+            *paths,
         ],
         cwd=repo,
         env=env,
@@ -1148,3 +1153,141 @@ def test_hooks_applications_set_in_imported_modules_are_not_refused(tmp_path):
     )
     v, _, proc = run_strict(tmp_path, tail, tests)
     assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
+
+
+ZERO_FIRST = """from pkg import add
+
+
+def test_zero():
+    assert add(0, 0) == 0
+
+
+def test_add():
+    assert add(1, 2) == 3
+"""
+SESSION = """
+import sys as _sys
+
+
+def _session():  # no frame: the rewrite hook on sys.meta_path holds the session
+    return next(f.session for f in _sys.meta_path if type(f).__name__ == "AssertionRewritingHook")
+
+
+_add = add
+
+
+def add(a, b):
+    items = _session().items
+    if len(items) == 2 and not getattr(items[1], "_done", False):
+        {swap}
+    return _add(a, b)
+"""
+ITEM_SWAPS = {
+    "copy-of-a-passing-item": SESSION.format(
+        swap="import copy; twin = copy.copy(items[0]); twin._nodeid = items[1].nodeid; "
+        "twin._done = True; items[1] = twin"
+    ),
+    "item-recast": SESSION.format(
+        swap="cls = type(items[1]); items[1].__class__ = type('Quiet', (cls,), {'runtest': lambda self: None}); "
+        "items[1]._done = True"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(ITEM_SWAPS))
+def test_an_item_that_is_not_the_one_pytest_collected_is_refused(tmp_path, how):
+    """The failing test's item replaced in ``session.items`` by a passing item carrying its node
+    id, or given another class whose runtest does nothing: its body never runs, yet a report
+    says PASSED for its node id. The item that runs must be the one collected, of its class."""
+    v, _, proc = run_strict(tmp_path, ITEM_SWAPS[how], tests=ZERO_FIRST)
+    assert v.tests.get(F2P) == "FAILED", (v.tests, proc.stdout[-2000:])
+    assert any("test " + F2P + " was replaced by" in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+MORE_TESTS = """from pkg import add
+
+
+def test_more():
+    assert add(2, 2) == 4
+"""
+UNREWRITTEN = """
+import sys as _sys
+
+for _hook in _sys.meta_path:  # the rewrite hook passes over every later test module
+    if type(_hook).__name__ == "AssertionRewritingHook":
+        _hook.fnpats = []
+        if getattr(_hook, "session", None) is not None:
+            _hook.session._initialpaths = frozenset()
+
+
+class _Any(int):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+_add = add
+
+
+def add(a, b):
+    return _Any(_add(a, b))
+"""
+
+
+def test_a_test_module_loaded_without_the_runners_checks_is_refused(tmp_path):
+    """Package code, imported by the first test module, turns the rewrite hook off for the
+    second: its ``==`` would run unwatched. Every collected test module of the repository must
+    be one the runner transformed."""
+    v, _, proc = run_strict(
+        tmp_path,
+        UNREWRITTEN,
+        files={"tests/test_more.py": MORE_TESTS},
+        paths=("tests/test_add.py", "tests/test_more.py"),
+    )
+    more = "tests/test_more.py::test_more"
+    assert v.tests.get(more) == "FAILED", (v.tests, proc.stdout[-2000:])
+    assert any("loaded without assertion rewriting" in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+MEMORY = {
+    "proc-self-mem": '\nwith open("/proc/self/mem", "r+b") as _m:\n    pass\n',
+    "ctypes": "\nimport ctypes\nctypes.string_at(id(1), 8)\n",
+    "ctypes-from-thread": "\nimport ctypes, threading\n"
+    "_t = threading.Thread(target=ctypes.string_at, args=(id(1), 8))\n_t.start()\n_t.join()\n",
+    "ctypes-from-raw-thread": "\nimport _thread, ctypes, time\n"
+    "_thread.start_new_thread(ctypes.string_at, (id(1), 8))\ntime.sleep(0.5)\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(MEMORY))
+def test_raw_memory_access_by_the_change_is_refused(tmp_path, how):
+    """With ctypes or ``/proc/self/mem`` the change's code can rewrite any object (a test
+    module's constants in its code objects) with no other event; a thread it starts, even one
+    whose target is a C function (no frame of the change on its stack), is the change's."""
+    v, _, proc = run_strict(tmp_path, MEMORY[how])
+    assert any("memory" in r or "ctypes" in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+HONEST_IMPORTS = """
+import asyncio  # rebuilds one of its own code objects (types.coroutine) while this file imports it
+import ctypes
+import multiprocessing.sharedctypes
+import threading
+import uuid
+from unittest import mock
+
+_WORD = ctypes.sizeof(ctypes.c_void_p)
+_SHARED = multiprocessing.sharedctypes.Value("i", 3).value  # installed code using ctypes for itself
+
+_made = []
+_t = threading.Thread(target=lambda: _made.append(str(uuid.uuid4())))  # a thread of the change's
+_t.start()
+_t.join()
+_ = mock.MagicMock()
+"""
+
+
+def test_package_code_that_imports_asyncio_and_starts_threads_is_not_refused(tmp_path):
+    v, _, proc = run_strict(tmp_path, HONEST_IMPORTS + "\n\ndef add(a, b):\n    return a + b\n")
+    assert (v.tests, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, []), proc.stdout[-2000:]

@@ -622,6 +622,9 @@ class Reporter:
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
         self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
+        self.collected = None  # node id -> (item, its class), as pytest collected them
+        self.called = set()  # node ids whose call phase ran through the runner's call wrapper
+        self.rewrites = True  # whether pytest rewrites (and the runner transforms) test modules
 
     def _foreign(self, fn):
         return self._file_why(code_file(fn))
@@ -893,6 +896,7 @@ class Reporter:
 
     def pytest_configure(self, config):
         self.config = config
+        self.rewrites = getattr(config.option, "assertmode", "rewrite") == "rewrite"
         os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # the tests' own pytest runs autoload
         self.startup = [impl.function for _, impl in self.hookimpls(config)]  # kept alive: ids stay unique
         self.startup_ids = set(map(id, self.startup))
@@ -904,6 +908,37 @@ class Reporter:
             caller = getattr(pm.hook, name, None)
             for impl in getattr(caller, "get_hookimpls", lambda: [])():
                 yield name, impl
+
+    def pytest_collection_finish(self, session):
+        """What pytest collected, as it collected it: the item that runs for a node id must be
+        that one, of that class (``session.items`` is a plain list that any code holding the
+        session, e.g. through the rewrite hook on ``sys.meta_path``, can refill)."""
+        self.collected = {item.nodeid: (item, type(item)) for item in session.items}
+
+    def not_collected(self, item):
+        """Why ``item`` is not the test pytest collected under its node id ("" if it is)."""
+        if self.collected is None:
+            return "an item run before collection finished"
+        held = self.collected.get(item.nodeid)
+        if held is None:
+            return "an item pytest did not collect"
+        if held[0] is not item:
+            return "another item carrying its node id"
+        if type(item) is not held[1]:
+            return "an item whose class was changed to " + type(item).__qualname__
+        return ""
+
+    def unwatched(self, item):
+        """Why the module of ``item``'s test ran without the runner's checks ("" if it did):
+        every test module of the repository pytest rewrites is transformed (its comparisons
+        watched); one the rewrite hook was made to pass over loads as plain Python."""
+        module = getattr(item, "module", None)
+        path = getattr(module, "__file__", None)
+        if not self.rewrites or not path or not _inside(os.path.realpath(path), os.path.realpath(self.root)):
+            return ""
+        if path in self.rewritten or os.path.realpath(path) in {os.path.realpath(p) for p in self.rewritten}:
+            return ""
+        return "a module loaded without assertion rewriting (its comparisons unwatched): " + path
 
     def pytest_runtest_logreport(self, report):
         phases = self.phases.setdefault(report.nodeid, {})
@@ -924,8 +959,8 @@ class Reporter:
             status = "XPASS" if call[1] else "PASSED"
         else:
             status = "ERROR"  # no call phase reported
-        if status == "PASSED" and nodeid in self.raised:
-            status = "FAILED"
+        if status == "PASSED" and (nodeid in self.raised or nodeid not in self.called):
+            status = "FAILED"  # (a call phase the runner's wrapper did not see: not this item's)
         self.results[nodeid] = status  # a rerun plugin's last attempt wins; written at the end
 
     def pytest_sessionfinish(self, session):
@@ -974,6 +1009,8 @@ class Reporter:
             self.check(self.config)
         guard = getattr(self, "guard", None)
         self.tampered += guard.found[:8] if guard is not None else []
+        if guard is not None and not guard.threads_watched():
+            self.tampered.append("the runner's thread starter was replaced during the run")
         others = guard.other_writers() if guard is not None else []
         if others:
             self.tampered.append(
@@ -1007,21 +1044,42 @@ class Guard:
         "marshal.loads": "loaded code from bytes (marshal), under whatever file name they carry",
         "marshal.load": "loaded code from a file through marshal, under whatever file name it carries",
     }
-    EVENTS = frozenset(REACH) | {
-        "object.__setattr__",
-        "compile",
-        "code.__new__",
-        "open",
-        "os.rename",
-        "os.remove",
-        "os.truncate",
-        "os.symlink",
-        "os.link",
-        "function.__new__",
-        "os.utime",
-        "os.chmod",
-        "os.chown",
-    }
+    CTYPES = frozenset(
+        (
+            "ctypes.cdata",
+            "ctypes.cdata/buffer",
+            "ctypes.string_at",
+            "ctypes.wstring_at",
+            "ctypes.addressof",
+            "ctypes.call_function",
+            "ctypes.dlsym",
+            "ctypes.dlsym/handle",
+        )
+    )
+    """ctypes reaching raw memory or C functions: any object's insides (a test's constants) with
+    no other event. Blamed on the code that called ctypes itself (see :meth:`_ctypes_caller`)."""
+    EVENTS = (
+        frozenset(REACH)
+        | CTYPES
+        | {
+            "object.__setattr__",
+            "compile",
+            "code.__new__",
+            "open",
+            "os.rename",
+            "os.remove",
+            "os.truncate",
+            "os.symlink",
+            "os.link",
+            "function.__new__",
+            "os.utime",
+            "os.chmod",
+            "os.chown",
+        }
+    )
+    PROC_MEM = re.compile(r"/proc/(self|thread-self|[0-9]+)(/task/[0-9]+)?/mem")
+    """A process's memory as a file: writing it rewrites any object (a test's constants) with no
+    other event; nothing honest in a test run opens it to write."""
 
     def __init__(self, root, changed, protected, started, test_dirs=()):
         self.root, self.protected, self.started = root, protected, started
@@ -1038,6 +1096,9 @@ class Guard:
         keyword defaults are assigned only through it): the only bodies :func:`changed_since`
         reads."""
         self.installed = False
+        self.threads = {}
+        """{thread ident: changed file} for each running thread the change's code started (see
+        :meth:`watch_threads`): what such a thread does is the change's."""
         self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
         self.copied, self.copies = {}, {}
         """{id(code): (code, [functions with it], their ids)} for each code object the change's code
@@ -1099,10 +1160,13 @@ class Guard:
             self.cache[filename] = hit
         return hit
 
-    def culprit(self, importing=False):
+    def culprit(self, importing=False, named=None):
         """The changed (or change-compiled) file with a frame on the stack ("" if none). With
         ``importing``, "" also when the import system's own ``get_code`` is between: it caches
-        the bytecode of a module the change imports (the cache holds the module's real text)."""
+        the bytecode of a module the change imports (the cache holds the module's real text).
+        With ``named`` (a file code is made under), "" also when a frame of that file comes
+        first: the file is making its own code (asyncio's module applies ``types.coroutine``,
+        which rebuilds a code object under asyncio's name, while the change imports it)."""
         f = sys._getframe(1)
         while f is not None:
             code = f.f_code
@@ -1112,10 +1176,57 @@ class Guard:
                 and code.co_filename.startswith(("<frozen importlib", "<frozen zipimport"))
             ):
                 return ""
+            if named is not None and code.co_filename == named:
+                return ""
             if self._ours(code.co_filename):
                 return code.co_filename
             f = f.f_back
-        return ""
+        return self._thread_owner()
+
+    def _thread_owner(self):
+        """The changed file that started the running thread ("" if none, or the main thread):
+        what a thread of the change's does is the change's, though no frame of it is on the
+        thread's stack (a thread whose target is ``importlib.import_module`` or a C function)."""
+        if not self.threads:
+            return ""
+        import _thread
+
+        return self.threads.get(_thread.get_ident(), "")
+
+    def watch_threads(self):
+        """Start every thread through a wrapper that notes which changed file started it (no audit
+        event tells, before Python 3.13). ``threading`` starts its threads with the function it
+        bound at import, so both names are replaced; :meth:`threads_watched` tells whether they
+        still hold the wrapper at the end."""
+        import _thread
+        import threading
+
+        start, get_ident = _thread.start_new_thread, _thread.get_ident
+        owners = self.threads
+
+        def start_new_thread(function, args, kwargs=None):
+            who = self.culprit()
+            if not who:
+                return start(function, args, kwargs or {})
+
+            def run(*a, **k):
+                owners[get_ident()] = who
+                try:
+                    return function(*a, **k)
+                finally:
+                    owners.pop(get_ident(), None)
+
+            return start(run, args, kwargs or {})
+
+        self.thread_starter = start_new_thread
+        _thread.start_new_thread = threading._start_new_thread = start_new_thread
+
+    def threads_watched(self):
+        import _thread
+        import threading
+
+        starter = getattr(self, "thread_starter", None)
+        return starter is None or _thread.start_new_thread is threading._start_new_thread is starter
 
     def __call__(self, event, args, _events=EVENTS):
         if event not in _events:  # most events (every ``__code__`` read) end here
@@ -1139,6 +1250,9 @@ class Guard:
         if event == "open":
             path, mode, flags = args[0], args[1] or "", args[2] or 0
             writes = any(c in str(mode) for c in "wax+") or (flags & (os.O_WRONLY | os.O_RDWR))
+            if writes and isinstance(path, (str, bytes)) and self._memory_file(path):
+                self.found.append("the test process opened its memory to write: " + str(path))
+                return
             if writes and isinstance(path, str) and path.endswith(".pyc"):
                 self.bytecode.add(os.path.realpath(path))
             if not writes or not self._protected(path):
@@ -1178,7 +1292,7 @@ class Guard:
             if filename.startswith("<"):
                 (self.made if self.culprit() else self.shared).add(filename)
                 return
-            who = self.culprit()
+            who = self.culprit(named=filename)
             if who and not (event == "compile" and self._same_source(filename, args[0])):
                 self.tainted.add(filename)
                 self.cache.pop(filename, None)
@@ -1186,11 +1300,41 @@ class Guard:
                     "the change's code (" + who + ") made code under another file's name: " + filename
                 )
             return
+        elif event in self.CTYPES:
+            who = self._ctypes_caller()
+            if who:
+                self.found.append(
+                    "the change's code (" + who + ") reached raw memory or C functions (ctypes)"
+                )
+            return
         else:
             what = self.REACH[event]
-        who = self.culprit(importing=event in ("open", "os.rename", "marshal.loads", "marshal.load"))
+        named = None
+        if event == "object.__setattr__":  # a module setting its own function's body (asyncio's
+            named = getattr(getattr(args[0], "__code__", None), "co_filename", None)  # types.coroutine)
+        who = self.culprit(
+            importing=event in ("open", "os.rename", "marshal.loads", "marshal.load"), named=named
+        )
         if who:
             self.found.append("the change's code (" + who + ") " + what)
+
+    def _ctypes_caller(self):
+        """The changed file that called ctypes itself ("" if none): the first frame outside the
+        ctypes package, or the thread's starter when that frame is not the change's (a thread
+        of the change's whose target is a ctypes function). Installed code that uses ctypes for
+        its own ends (multiprocessing's shared values) is not the change's, whoever called it."""
+        f = sys._getframe(3)  # past this method, _check and the hook itself
+        while f is not None and os.sep + "ctypes" + os.sep in f.f_code.co_filename:
+            f = f.f_back
+        if f is not None and self._ours(f.f_code.co_filename):
+            return f.f_code.co_filename
+        return self._thread_owner()
+
+    def _memory_file(self, path):
+        try:
+            return self.PROC_MEM.fullmatch(os.path.realpath(os.fsdecode(path))) is not None
+        except (TypeError, ValueError, OSError):
+            return False
 
     def _protected(self, path):
         try:
@@ -1240,9 +1384,14 @@ def _wrap_call(reporter):
             why = ""
         if "runtest" in getattr(item, "__dict__", {}):  # pytest never sets it; the class's is watched
             why = why or "a runtest set on the item itself"
-        why = why or _renamed(item) or _misplaced(item, reporter.defs)
+        why = why or reporter.not_collected(item) or _renamed(item) or _misplaced(item, reporter.defs)
         why = why or reporter.copied(getattr(item, "obj", None))
+        unwatched = reporter.unwatched(item)
+        if unwatched:
+            reporter.raised.add(item.nodeid)
+            reporter.tampered.append("test " + item.nodeid + " ran from " + unwatched)
         reporter.current = item.nodeid
+        reporter.called.add(item.nodeid)
         outcome = yield
         try:
             rerouted = reporter.test_rerouted(item.obj)
@@ -1531,6 +1680,7 @@ def main():
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(guard)
         guard.installed = True
+        guard.watch_threads()
     reporter.channel.write({"start": True, "plugins": plugins or [], "pytest": pytest.__version__})
     code = pytest.main(extra + pinned(args, os.path.join(here, "base"), cwd), plugins=[reporter])
     reporter.close(int(code))
