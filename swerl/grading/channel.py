@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
+from swebench.image_builder.constants import CONTAINER_WORKDIR
+
+from swerl.grading.window import first_code_step, shell_functions, with_window
 
 RUNNER_SOURCE = Path(__file__).with_name("strict_runner.py")
 LAUNCHER = '''\
@@ -73,6 +76,8 @@ class RunDir:
 
     path: str
     key: str = field(default_factory=lambda: secrets.token_hex(32))
+    window_key: str = field(default_factory=lambda: secrets.token_hex(32))
+    """Signs the pre-test window's watcher's record (``swerl.grading.window``)."""
 
     @classmethod
     def new(cls) -> RunDir:
@@ -81,6 +86,10 @@ class RunDir:
     @property
     def verdict(self) -> str:
         return f"{self.path}/verdict"
+
+    @property
+    def window(self) -> str:
+        return f"{self.path}/window"
 
 
 @functools.lru_cache(maxsize=2)
@@ -107,10 +116,12 @@ def runs_pytest(eval_script: str) -> bool:
     return bool(PYTEST_COMMAND.search(body))
 
 
-def preamble(run: RunDir) -> str:
-    """Shell lines put before the eval script's own (after its shebang and ``set`` line)."""
+def preamble(run: RunDir, window: bool = False) -> str:
+    """Shell lines put before the eval script's own (after its shebang and ``set`` line); with
+    ``window``, the pre-test window's watcher's functions too (``swerl.grading.window``)."""
     runner = shlex.quote(f"{run.path}/run.py")
-    return f"""\
+    return (
+        f"""\
 export GIT_CONFIG_PARAMETERS="'core.hooksPath=/dev/null' 'core.fsmonitor=false'"
 export PYTHONNOUSERSITE=1
 _swerl_pytest() {{ local py="$1" mode="$2"; shift 2; PYTHONSAFEPATH=1 "$py" -s {runner} "$mode" "$@"; }}
@@ -120,15 +131,20 @@ py.test() {{ _swerl_pytest "$(_swerl_script_python py.test || echo python3)" scr
 python() {{ if [ "${{1-}}" = -m ] && [ "${{2-}}" = pytest ]; then shift 2; _swerl_pytest "$(type -P python)" module "$@"; else command python "$@"; fi; }}
 python3() {{ if [ "${{1-}}" = -m ] && [ "${{2-}}" = pytest ]; then shift 2; _swerl_pytest "$(type -P python3)" module "$@"; else command python3 "$@"; fi; }}
 """
+    ) + (shell_functions(run.path, CONTAINER_WORKDIR) if window else "")
 
 
 def strict_script(eval_script: str, run: RunDir) -> str:
-    """The eval script with the preamble after its first lines (shebang, ``set``)."""
+    """The eval script with the preamble after its first lines (shebang, ``set``), and the
+    pre-test window's watcher around its steps that can run the change's code (none: the
+    script is unchanged but for the preamble)."""
     lines = eval_script.splitlines(keepends=True)
     head = 0
     while head < len(lines) and (lines[head].startswith("#!") or lines[head].startswith("set ")):
         head += 1
-    return "".join(lines[:head]) + preamble(run) + "".join(lines[head:])
+    body = "".join(lines[head:])
+    window = first_code_step(body) is not None
+    return "".join(lines[:head]) + preamble(run, window) + with_window(body)
 
 
 def config_files(tracked: Iterable[str]) -> list[str]:

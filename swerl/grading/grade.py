@@ -54,6 +54,8 @@ from swerl.grading.integrity import (
     strict_reading,
 )
 from swerl.grading.result import GradeResult, GradeStatus
+from swerl.grading.window import WATCHER_SOURCE, first_code_step
+from swerl.grading.window import judge as judge_window
 from swerl.sandbox.base import Sandbox, SandboxConfig
 from swerl.tasks.history import SCRUB_SCRIPT
 from swerl.tasks.instance import Instance
@@ -181,6 +183,8 @@ def evaluate(
         verdict = None
         if run is not None and runs_pytest(spec.eval_script):
             verdict = read_verdict(_read_bytes(sb, run.verdict), run.key)
+        if integrity is not None and run is not None and first_code_step(spec.eval_script) is not None:
+            _judge_window(sb, run, instance, integrity, timings)
         if integrity is not None:
             integrity.verdict = VERDICT_RUNNER if verdict is not None else VERDICT_LOG
         return Evaluation(
@@ -389,6 +393,7 @@ def _write_run_dir(
             ("key", run.key.encode()),
             ("changed.json", json.dumps(changed).encode("utf-8", "surrogateescape")),
             ("eval.sh", script.encode()),
+            *_window_members(instance, run, script),
         ):
             info = tarfile.TarInfo(f"{name}/{member}")
             info.size, info.mode = len(data), 0o600
@@ -403,6 +408,29 @@ def _write_run_dir(
         f"if ! {{ {setup}; }}; then echo {shlex.quote(_SETUP_FAILED)}; cat {d}.log; exit 1; fi; "
         f"{STRICT_PREFIX}/bin/bash {d}/eval.sh"
     )
+
+
+def _window_members(instance: Instance, run: RunDir, script: str) -> list[tuple[str, bytes]]:
+    """The watcher, its key and its settings, when the script starts it (none otherwise)."""
+    if "_swerl_window_open\n" not in script:
+        return []
+    tests = json.dumps(instance_test_files(instance.test_patch)).encode("utf-8", "surrogateescape")
+    return [
+        ("prestep.py", WATCHER_SOURCE.read_bytes()),
+        ("window-key", run.window_key.encode()),
+        ("window.json", b'{"tests": ' + tests + b"}"),
+    ]
+
+
+def _judge_window(sb: Sandbox, run: RunDir, instance: Instance, integrity: Integrity, timings: dict) -> None:
+    """The pre-test window's watcher's record -> refusals (``swerl.grading.window``); its own
+    seconds (listing at the start, the check at the end) into ``timings``."""
+    refused, rec = judge_window(
+        _read_bytes(sb, run.window), run.window_key, instance_test_files(instance.test_patch)
+    )
+    integrity.refused += refused
+    opened, checked = (rec.get("seconds") or [0.0, 0.0])[:2]
+    timings["window_open"], timings["window_check"] = float(opened), float(checked)
 
 
 def _parents(path: str) -> list[str]:
