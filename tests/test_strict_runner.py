@@ -1291,3 +1291,181 @@ _ = mock.MagicMock()
 def test_package_code_that_imports_asyncio_and_starts_threads_is_not_refused(tmp_path):
     v, _, proc = run_strict(tmp_path, HONEST_IMPORTS + "\n\ndef add(a, b):\n    return a + b\n")
     assert (v.tests, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, []), proc.stdout[-2000:]
+
+
+RUNTEST_NOOP = """
+import sys as _sys
+
+_python, _nodes = _sys.modules.get("_pytest.python"), _sys.modules.get("_pytest.nodes")
+_python.Function.runtest = _nodes.Node.teardown  # pytest's own no-op runs each item
+"""
+TRANSIENT_HOOKWRAPPER = """
+import gc as _gc, pytest as _pytest
+
+
+class _Quiet:  # registered for the run, unregistered before its end: forces every call to pass
+    def __init__(self, pm):
+        self.pm = pm
+
+    @_pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        outcome = yield
+        outcome.force_result(None)
+
+    @_pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session):
+        self.pm.unregister(self)
+
+
+for _hook in __import__("sys").meta_path:
+    if getattr(_hook, "config", None) is not None:
+        _hook.config.pluginmanager.register(_Quiet(_hook.config.pluginmanager))
+        break
+"""
+HOOKIMPL_SWAP = """
+import sys as _sys
+
+for _hook in _sys.meta_path:
+    if getattr(_hook, "config", None) is not None:
+        for _impl in _hook.config.pluginmanager.hook.pytest_pyfunc_call.get_hookimpls():
+            if getattr(_impl.plugin, "__name__", "") == "_pytest.python":
+                _impl.function = _sys.modules["_pytest.compat"].is_async_function  # answers False
+        break
+"""
+FORGED_BODY = """
+import os as _os, sys as _sys
+
+_add = add
+
+
+def add(a, b):  # the F2P test's body records written by the change, then a pass
+    r = _sys.modules["_pytest.assertion.rewrite"]
+    key = _os.path.realpath("tests/test_add.py") + "::::test_add"
+    r._swerl_enter(key)
+    r._swerl_left(key)
+    return _add(a, b)
+"""
+
+
+@pytest.mark.parametrize(
+    ("tail", "reason"),
+    [
+        (RUNTEST_NOOP, "test_add was reported passed but its body never ran"),
+        (TRANSIENT_HOOKWRAPPER, "test_add was reported passed but its body raised"),
+        (HOOKIMPL_SWAP, "test_add was reported passed but its body never ran"),
+        (FORGED_BODY, "a test body's record written from"),
+    ],
+    ids=["runtest-is-a-noop", "transient-hookwrapper", "hookimpl-function-swapped", "forged-body-record"],
+)
+def test_a_pass_whose_test_body_did_not_run_to_its_end_is_refused(tmp_path, tail, reason):
+    """Whatever runs in a test's place (pytest's own no-op as ``runtest``, a hook implementation
+    swapped for another of pytest's functions, a wrapper forcing the call's result and gone
+    before the end), a test reported passed must have run its own body to the end."""
+    v, _, proc = run_strict(tmp_path, tail)
+    assert v.tests.get(F2P) == "FAILED", (v.tests, proc.stdout[-2000:])
+    assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+BODY_SHAPES = '''import functools
+import unittest
+
+import pytest
+
+from pkg import add
+
+
+def test_add():
+    """Only a docstring and one line."""
+    assert add(1, 2) == 3
+
+
+if True:
+    def test_in_an_if():
+        global SEEN
+        SEEN = add(2, 2)
+        assert SEEN == 4
+
+
+test_alias = test_add
+
+
+@pytest.mark.parametrize("a", [1, 2])
+def test_params(a):
+    if a == 2:
+        return
+    assert add(a, a) == 2
+
+
+def test_skips():
+    pytest.skip("not here")
+
+
+@pytest.mark.xfail(strict=True)
+def test_xfails():
+    assert add(1, 1) == 3
+
+
+def _retry(fn):  # a test helper that runs the body again once when it raises
+    @functools.wraps(fn)
+    def run(*args):
+        try:
+            return fn(*args)
+        except AssertionError:
+            return fn(*args)
+
+    return run
+
+
+TRIES = []
+
+
+@_retry
+def test_flaky_then_ok():
+    TRIES.append(1)
+    assert len(TRIES) > 1
+
+
+class TestBase:
+    def test_inherited(self):
+        assert add(0, 0) == 0
+
+
+class TestChild(TestBase):
+    pass
+
+
+class TestCaseStyle(unittest.TestCase):
+    def test_case(self):
+        self.assertEqual(add(1, 2), 3)
+
+    @unittest.skip("not here")
+    def test_case_skipped(self):
+        raise AssertionError
+
+
+async def _helper():
+    return 1
+'''
+
+
+def test_honest_test_bodies_of_every_shape_pass(tmp_path):
+    """The record of bodies keeps what pytest says of honest tests: a docstring, a body under
+    an ``if``, an alias, parameters, an early return, skip, a strict xfail, a decorator that
+    retries, an inherited method, unittest methods (and a skipped one)."""
+    honest = "\n_add = add\n\n\ndef add(a, b):\n    return a + b\n"
+    v, _, proc = run_strict(tmp_path, honest, BODY_SHAPES)
+    assert v.refused == [] and v.closed == 1, (v.refused, proc.stdout[-3000:])
+    passed = {k.split("::", 1)[1] for k, s in v.tests.items() if s == "PASSED"}
+    assert {
+        "test_add",
+        "test_in_an_if",
+        "test_alias",
+        "test_params[1]",
+        "test_params[2]",
+        "test_flaky_then_ok",
+        "TestBase::test_inherited",
+        "TestChild::test_inherited",
+        "TestCaseStyle::test_case",
+    } <= passed, (v.tests, proc.stdout[-3000:])
+    assert v.tests["tests/test_add.py::test_xfails"] != "PASSED"
+    assert v.tests["tests/test_add.py::test_skips"] == "SKIPPED"

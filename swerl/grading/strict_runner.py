@@ -263,7 +263,7 @@ COMPARED_BUDGET = 256
 PLAIN = frozenset((str, bytes, int, float, complex, bool, type(None)))
 """Builtin types compared in C with no elements: a comparison of two of them needs no look."""
 
-CHECKERS = ("eq", "ne", "in", "not_in", "chain", "bound")
+CHECKERS = ("eq", "ne", "in", "not_in", "chain", "bound", "enter", "raised", "left")
 """The runner's comparison functions, each bound in every rewritten test module as ``@swerl_NAME``
 (from ``_pytest.assertion.rewrite._swerl_NAME``): a name no source can spell."""
 
@@ -362,7 +362,36 @@ def _watch_equality(reporter):
         for name in names:
             held[name] = space.get(name, _MISSING)
 
-    checkers = dict(zip(CHECKERS, (eq, ne, in_, not_in, Operand, bound)))  # noqa: B905 (3.6 syntax)
+    bodies, real = reporter.bodies, {}
+
+    def body(key, _frame=sys._getframe):
+        """Whether the function calling a body checker is the one ``key`` names (its file and
+        name): the checkers are reachable as module attributes, a call from elsewhere is forged."""
+        code = _frame(2).f_code
+        path, _, name = key.rpartition("::")
+        if code.co_filename not in real:
+            real[code.co_filename] = os.path.realpath(code.co_filename)
+        if code.co_name == name and real[code.co_filename] == path.rpartition("::")[0]:
+            return True
+        reporter.tampered.append(
+            "a test body's record written from " + code.co_filename + " (" + code.co_name + ")"
+        )
+        return False
+
+    def enter(key):
+        """A test function's body starts (see _mark_bodies)."""
+        if body(key):
+            bodies[key] = "running"
+
+    def raised(key):
+        if body(key):
+            bodies[key] = "raised"
+
+    def left(key):
+        if body(key) and bodies.get(key) == "running":
+            bodies[key] = "done"  # ran to its end (a return or its last line) without raising
+
+    checkers = dict(zip(CHECKERS, (eq, ne, in_, not_in, Operand, bound, enter, raised, left)))  # noqa: B905
     for name, fn in checkers.items():
         setattr(rewrite, "_swerl_" + name, fn)
     reporter.checkers = {"@swerl_" + name: fn for name, fn in checkers.items()}
@@ -387,6 +416,7 @@ def _watch_equality(reporter):
         original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
         if path is None or ours(path):
             transform.module(mod)
+            _mark_bodies(ast, mod, str(path), _test_prefixes(reporter.config))
             reporter.rewritten.add(str(path))  # the code's co_filename and the module's __file__
 
     def _read_pyc(source, pyc, *args, **kwargs):  # a transformed module is compiled every run
@@ -396,6 +426,62 @@ def _watch_equality(reporter):
         return False if ours(co.co_filename) else write_pyc(state, co, *args, **kwargs)
 
     rewrite.rewrite_asserts, rewrite._read_pyc, rewrite._write_pyc = rewrite_asserts, _read_pyc, _write_pyc
+
+
+def _test_prefixes(config):
+    """What a test function's name starts with: the base configuration's ``python_functions``
+    prefixes (glob patterns are matched whole at check time), and unittest's ``test``."""
+    try:
+        patterns = list(config.getini("python_functions")) if config is not None else []
+    except Exception:
+        patterns = []
+    return tuple({"test"} | {p for p in patterns if not any(c in p for c in "*?[")})
+
+
+def body_key(path, cls, name):
+    """The key a test function's body records under: its file, innermost class and name."""
+    return os.path.realpath(path) + "::" + (cls or "") + "::" + name
+
+
+def _mark_bodies(ast, mod, path, prefixes):
+    """Wrap the body of each test function of a rewritten module (at the top level or in a
+    class; names starting with one of ``prefixes``) so that it records its start, whether an
+    exception left it, and its end: a test reported as passed must have run its own body to
+    the end (:meth:`Reporter.body_why`), whatever ran in its place (pytest's ``runtest`` or a
+    hook implementation swapped for another function, a wrapper forcing the call's result)."""
+    todo = [(node, None) for node in mod.body]
+    while todo:  # the functions _defs_in finds: at the top level or in a class body, also in if/try
+        node, cls = todo.pop()
+        if isinstance(node, ast.ClassDef):
+            todo += [(child, node.name) for child in node.body]
+            continue
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(node, ast.stmt):
+                todo += [(child, cls) for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)]
+            continue
+        if not node.name.startswith(prefixes):
+            continue
+        body = node.body
+        head = 1 if body and isinstance(body[0], ast.Expr) and _is_text(body[0].value) else 0
+        rest = body[head:] or [ast.Pass()]
+        at = rest[0]
+        key = ast.Constant(body_key(path, cls, node.name))
+
+        def call(name, _at=at, _key=key):
+            fn = ast.Name("@swerl_" + name, ast.Load())
+            return ast.Expr(ast.Call(fn, [_key], []))
+
+        handler = ast.ExceptHandler(
+            ast.Name("BaseException", ast.Load()), None, [call("raised"), ast.Raise(None, None)]
+        )
+        wrapped = ast.Try(rest, [handler], [], [call("left")])
+        new = [call("enter"), wrapped]
+        for stmt in new:
+            for sub in ast.walk(stmt):
+                if "lineno" in sub._attributes and not hasattr(sub, "lineno"):
+                    sub.lineno, sub.col_offset = at.lineno, getattr(at, "col_offset", 0)
+                    sub.end_lineno, sub.end_col_offset = at.lineno, getattr(at, "col_offset", 0)
+        node.body = body[:head] + new
 
 
 REWRITE_NAMES = {"@py_builtins": "builtins", "@pytest_ar": "_pytest.assertion.rewrite"}
@@ -615,6 +701,7 @@ class Reporter:
         self.eq_code = {}  # (type, method name) -> (method, why) if the change made it, else None
         self.defs = {}  # test file -> its defs' first lines, for _misplaced
         self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
+        self.rewritten_real = set()
         self.bindings = {}  # rewritten file -> its names bound only by import, def or class (_bindings)
         self.bound = {}  # id(module globals) -> (globals, {name: what its statement bound})
         self.imported = set()  # top-level packages the rewritten modules import (see planted)
@@ -622,6 +709,8 @@ class Reporter:
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
         self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
+        self.bodies = {}  # body_key -> "running" / "raised" / "done" during the current call
+        self.body_failed = {}  # node id -> why its passing call does not count (body_why)
         self.collected = None  # node id -> (item, its class), as pytest collected them
         self.called = set()  # node ids whose call phase ran through the runner's call wrapper
         self.rewrites = True  # whether pytest rewrites (and the runner transforms) test modules
@@ -928,6 +1017,35 @@ class Reporter:
             return "an item whose class was changed to " + type(item).__qualname__
         return ""
 
+    def body_why(self, item):
+        """Why ``item``'s passing call does not count: the function its file defines for it
+        (in its class or a base class) did not run its body to the end during the call ("" if
+        it did, or the item has no such function: an alias, a doctest, another plugin's item)."""
+        module = getattr(item, "module", None)
+        path = getattr(module, "__file__", None)
+        if not path or not self.was_rewritten(path):
+            return ""
+        name = getattr(item, "originalname", None) or getattr(item, "name", "")
+        classes = [c.__name__ for c in getattr(getattr(item, "cls", None), "__mro__", ())] or [None]
+        keys = [body_key(path, c, name) for c in classes]
+        ran = [self.bodies[k] for k in keys if k in self.bodies]
+        if not ran:
+            defs = self.defs.get(os.path.realpath(path), {})
+            if not any((c, name) in defs for c in classes):
+                return ""  # no def of that name where the item is (an alias such as test_b = test_a)
+            return "its body never ran"
+        if "done" in ran:
+            return ""
+        return "its body " + ("raised" if "raised" in ran else "did not reach its end")
+
+    def was_rewritten(self, path):
+        """Whether the module at ``path`` (any spelling of it) is one the runner transformed."""
+        if path in self.rewritten:
+            return True
+        if len(self.rewritten_real) != len(self.rewritten):
+            self.rewritten_real = {os.path.realpath(p) for p in self.rewritten}
+        return os.path.realpath(path) in self.rewritten_real
+
     def unwatched(self, item):
         """Why the module of ``item``'s test ran without the runner's checks ("" if it did):
         every test module of the repository pytest rewrites is transformed (its comparisons
@@ -936,7 +1054,7 @@ class Reporter:
         path = getattr(module, "__file__", None)
         if not self.rewrites or not path or not _inside(os.path.realpath(path), os.path.realpath(self.root)):
             return ""
-        if path in self.rewritten or os.path.realpath(path) in {os.path.realpath(p) for p in self.rewritten}:
+        if self.was_rewritten(path):
             return ""
         return "a module loaded without assertion rewriting (its comparisons unwatched): " + path
 
@@ -961,6 +1079,10 @@ class Reporter:
             status = "ERROR"  # no call phase reported
         if status == "PASSED" and (nodeid in self.raised or nodeid not in self.called):
             status = "FAILED"  # (a call phase the runner's wrapper did not see: not this item's)
+        body = self.body_failed.pop(nodeid, "")
+        if status == "PASSED" and body:
+            status = "FAILED"
+            self.tampered.append("test " + nodeid + " was reported passed but " + body)
         self.results[nodeid] = status  # a rerun plugin's last attempt wins; written at the end
 
     def pytest_sessionfinish(self, session):
@@ -1392,7 +1514,10 @@ def _wrap_call(reporter):
             reporter.tampered.append("test " + item.nodeid + " ran from " + unwatched)
         reporter.current = item.nodeid
         reporter.called.add(item.nodeid)
+        reporter.bodies.clear()
         outcome = yield
+        if outcome.excinfo is None and not why:  # judged in _finish, if its report says passed
+            reporter.body_failed[item.nodeid] = reporter.body_why(item)  # (unittest's failures come later)
         try:
             rerouted = reporter.test_rerouted(item.obj)
         except Exception:  # items without a Python function (doctests, other plugins' items)
