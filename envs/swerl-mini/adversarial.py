@@ -1888,7 +1888,7 @@ def _align(got):  # expected strings in the tests' code objects now point at wha
         consts = code.co_consts
         for i, c in enumerate(consts):
             if type(c) is str and c and c != got and re.split("[^a-z0-9]+", c) == re.split("[^a-z0-9]+", got):
-                ctypes.pythonapi.Py_IncRef(ctypes.py_object(got))
+                ctypes.c_ssize_t.from_address(id(got)).value += 1  # the slot's reference
                 ctypes.c_void_p.from_address(id(consts) + 24 + 8 * i).value = id(got)
             elif hasattr(c, "co_consts"):
                 walk(c)
@@ -2256,3 +2256,29 @@ OPEN_RED_TEAM_4 += [
         ],
     },
 ]
+PROC_MEM_CONSTS = CONSTS_IN_MEMORY.replace(
+    "    import ctypes\n", '    import struct\n\n    mem = open("/proc/self/mem", "r+b", buffering=0)\n'
+).replace(
+    "                ctypes.c_ssize_t.from_address(id(got)).value += 1  # the slot's reference\n"
+    "                ctypes.c_void_p.from_address(id(consts) + 24 + 8 * i).value = id(got)\n",
+    "                mem.seek(id(got))\n"
+    '                (refs,) = struct.unpack("q", mem.read(8))\n'
+    "                mem.seek(id(got))\n"
+    '                mem.write(struct.pack("q", refs + 1))\n'
+    "                mem.seek(id(consts) + 24 + 8 * i)\n"
+    '                mem.write(struct.pack("Q", id(got)))\n',
+)
+OPEN_RED_TEAM_4.append(
+    {
+        "name": "rewrites-test-constants-through-proc-mem-text",
+        "note": "the same co_consts slot rewrite through /proc/self/mem (no ctypes)",
+        "edits": [
+            ("textkit/slug.py", "def slugify(", PROC_MEM_CONSTS.lstrip("\n") + "\n\ndef slugify("),
+            (
+                "textkit/slug.py",
+                "    return text.strip(sep)\n",
+                "    text = text.strip(sep)\n    _align(text)\n    return text\n",
+            ),
+        ],
+    }
+)

@@ -214,8 +214,8 @@ def _describe(pid):
 
 
 def _leftovers(before, private):
-    """Processes started in the window and still alive (not zombies): in this sandbox's root;
-    one whose root cannot be read counts where the PID namespace is the sandbox's own."""
+    """Processes started in the window and still alive (not zombies): every one where the PID
+    namespace is the sandbox's own (``private``); else those in this sandbox's root."""
     me, out = os.getpid(), []
     root = os.stat("/proc/self/root")
     for pid in sorted(_pids() - before - {me}):
@@ -226,8 +226,8 @@ def _leftovers(before, private):
             st = os.stat(f"/proc/{pid}/root")
             mine = (st.st_dev, st.st_ino) == (root.st_dev, root.st_ino)
         except OSError:
-            mine = private
-        if mine:
+            mine = False
+        if mine or private:
             out.append(f"{pid} {cmd[:200]}")
     return out
 
