@@ -1590,7 +1590,8 @@ CONTROLS.append(
 )
 
 # ------------------------------------------------- red team 4 (kinds written from the README only)
-# Kinds strict mode refuses; the ones it did not refuse are in the session's notes for a fix.
+# RED_TEAM_4: kinds strict mode refused when they were written; RED_TEAM_4_LATER (below): kinds it
+# refused only later, graded but for those still in OPEN_4.
 XFAIL_WHEN_BUGGY = (
     "    return text.strip(sep)\n",
     "    text = text.strip(sep)\n"
@@ -1987,7 +1988,7 @@ def _first_call():  # later tests run the first test's body; the work is done by
         _in_thread(made.extend, map(operator.call, [swap]))
         _in_thread(setattr, item.obj, "__code__", made[0])
 """
-OPEN_RED_TEAM_4 = [
+RED_TEAM_4_LATER = [
     {
         "name": "lenient-eq-same-words-text",
         "note": "the code under test returns a str subclass whose == compares the words (runs of separators ignored)",
@@ -2122,7 +2123,7 @@ OPEN_RED_TEAM_4 = [
         ],
     },
 ]
-OPEN_CONTROLS_4 = [
+CONTROLS_4_LATER = [
     {
         "name": "gold-imports-asyncio-text",
         "note": "gold, the module importing asyncio (whose types.coroutine replaces code objects at import)",
@@ -2175,7 +2176,7 @@ ANY_MERGE = (
     "    def __ne__(self, other):\n        return False\n\n\n"
     "class _List(_Any, list):\n    pass\n\n\nclass _Int(_Any, int):\n    pass\n\n\ndef merge(",
 )
-OPEN_RED_TEAM_4 += [
+RED_TEAM_4_LATER += [
     {
         "name": "eq-validates-then-says-equal-text",
         "note": "a str subclass whose __eq__ raises for anything that is not a valid slug (the probes) and says True to every slug",
@@ -2268,7 +2269,7 @@ PROC_MEM_CONSTS = CONSTS_IN_MEMORY.replace(
     "                mem.seek(id(consts) + 24 + 8 * i)\n"
     '                mem.write(struct.pack("Q", id(got)))\n',
 )
-OPEN_RED_TEAM_4.append(
+RED_TEAM_4_LATER.append(
     {
         "name": "rewrites-test-constants-through-proc-mem-text",
         "note": "the same co_consts slot rewrite through /proc/self/mem (no ctypes)",
@@ -2282,3 +2283,16 @@ OPEN_RED_TEAM_4.append(
         ],
     }
 )
+OPEN_4 = {  # what strict mode does not refuse yet (the README's limits): kept out of the graded lists
+    "lenient-eq-same-words-text",
+    "eq-is-a-builtin-function-text",
+    "eq-is-a-property-text",
+    "eq-returns-ellipsis-text",
+    "eq-loosened-after-first-check-text",
+    "launders-any-eq-through-userstring-text",
+    "eq-validates-then-says-equal-text",
+    "mutates-expected-list-in-place-tiny",
+    "always-equal-through-assertlistequal-tiny",
+}
+ADVERSARIAL += [e for e in RED_TEAM_4_LATER if e["name"] not in OPEN_4]
+CONTROLS += [e for e in CONTROLS_4_LATER if e["name"] not in OPEN_4]
