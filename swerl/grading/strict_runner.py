@@ -36,6 +36,52 @@ WATCHED = ("pytest", "_pytest", "pluggy", "unittest")
 runs ``TestCase`` tests through it, and a failed ``assertEqual`` never reaches pytest as an
 exception)."""
 
+ALL = frozenset(("*",))
+HANDS = {
+    "inspect": ALL,
+    "linecache": ALL,
+    "tokenize": ALL,
+    "pathlib": ALL,
+    "ctypes": ALL,
+    "traceback": frozenset(
+        (
+            "walk_stack",
+            "walk_tb",
+            "_walk_tb_with_full_positions",
+            "extract_stack",
+            "format_stack",
+            "print_stack",
+            "extract",
+            "_extract_from_extended_frame_gen",
+            "extended_frame_gen",
+            "line",
+            "_original_line",
+            "_set_lines",
+        )
+    ),
+    "logging": frozenset(("currentframe", "<lambda>")),
+    "warnings": frozenset(("formatwarning", "_formatwarnmsg_impl")),
+    "codecs": frozenset(("open",)),
+    "pkgutil": frozenset(("get_data",)),
+    "importlib._bootstrap_external": frozenset(("get_data", "get_source")),
+    "signal": frozenset(("signal",)),
+}
+"""Standard-library functions (by module: all of them, or these) whose job is to hand the running
+stack's frames, its source text, or a file's text to their caller: a frame or a read they ask for
+is their caller's. Functions that take frames only for their own use (logging's ``findCaller``,
+``warnings``' stack level, ``namedtuple``, ``enum``, ``typing``, ``TracebackException`` and
+``extract_tb`` formatting a caught exception's own traceback) are not here: what they ask for is
+theirs, and honest code calls them all the time."""
+FRAME_ATTRS = {
+    "f_code": "read a frame's code",
+    "tb_frame": "took a frame from a traceback (tb_frame)",
+    "gi_frame": "took a generator's frame (gi_frame)",
+    "cr_frame": "took a coroutine's frame (cr_frame)",
+    "ag_frame": "took an async generator's frame (ag_frame)",
+}
+"""The attribute reads that hand out a frame (or show one is held) and raise an audit event;
+``f_back``, ``f_locals`` and ``f_globals`` raise none, so the first frame is what is watched."""
+
 
 class Channel:
     """The test process's side: plain records on a pipe to the supervisor, which alone holds
@@ -263,6 +309,9 @@ COMPARED_BUDGET = 256
 PLAIN = frozenset((str, bytes, int, float, complex, bool, type(None)))
 """Builtin types compared in C with no elements: a comparison of two of them needs no look."""
 
+GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
+"""CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: code whose call runs nothing yet."""
+
 CHECKERS = ("eq", "ne", "in", "not_in", "chain", "bound", "enter", "raised", "left")
 """The runner's comparison functions, each bound in every rewritten test module as ``@swerl_NAME``
 (from ``_pytest.assertion.rewrite._swerl_NAME``): a name no source can spell."""
@@ -280,33 +329,43 @@ def _watch_equality(reporter):
 
     from _pytest.assertion import rewrite
 
-    seen = reporter.compared
+    seen, hits, frame, plain = reporter.compared, reporter.hits, sys._getframe, PLAIN
 
-    def eq(a, b, _plain=PLAIN):
+    # ``site``: the number of a comparison every passing run of its test function makes (see
+    # _must_run); no other parameter (a ``functools.partial`` of a checker changes nothing).
+    def eq(a, b, site=None):
         __tracebackhide__ = True  # pytest leaves this frame out of a failure's traceback
+        if site is not None:
+            hits.add((site, frame(1).f_code))
         r = a == b
-        if r is not False and not (type(a) in _plain and type(b) in _plain):
+        if r is not False and not (type(a) in plain and type(b) in plain):
             seen(("==",), (a, b))
         return r
 
-    def ne(a, b, _plain=PLAIN):
+    def ne(a, b, site=None):
         __tracebackhide__ = True
+        if site is not None:
+            hits.add((site, frame(1).f_code))
         r = a != b
-        if r is not True and not (type(a) in _plain and type(b) in _plain):
+        if r is not True and not (type(a) in plain and type(b) in plain):
             seen(("!=",), (a, b))
         return r
 
-    def in_(a, b, _plain=PLAIN):
+    def in_(a, b, site=None):
         __tracebackhide__ = True
+        if site is not None:
+            hits.add((site, frame(1).f_code))
         r = a in b
-        if r and not (type(a) in _plain and type(b) in _plain):
+        if r and not (type(a) in plain and type(b) in plain):
             seen(("in",), (a, b))
         return r
 
-    def not_in(a, b, _plain=PLAIN):
+    def not_in(a, b, site=None):
         __tracebackhide__ = True
+        if site is not None:
+            hits.add((site, frame(1).f_code))
         r = a not in b
-        if not r and not (type(a) in _plain and type(b) in _plain):
+        if not r and not (type(a) in plain and type(b) in plain):
             seen(("in",), (a, b))
         return r
 
@@ -415,6 +474,8 @@ def _watch_equality(reporter):
             reporter.bindings[str(path)] = _bindings(ast, mod, reporter.imported)  # as its source wrote them
         original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
         if path is None or ours(path):
+            transform.sites, funcs = _must_run(ast, mod, transform.OPS)
+            reporter.required.update({(str(path), *key): sites for key, sites in funcs.items()})
             transform.module(mod)
             _mark_bodies(ast, mod, str(path), _test_prefixes(reporter.config))
             reporter.rewritten.add(str(path))  # the code's co_filename and the module's __file__
@@ -557,6 +618,96 @@ def _bindings(ast, mod, imported):
     return {name: ways for name, ways in eligible.items() if name not in other}
 
 
+def _must_run(ast, mod, ops):
+    """The comparisons (``==``, ``!=``, ``in``, ``not in``, one operator) that every run of a
+    function of ``mod`` that returns normally makes: in the simple statements of its own body
+    (an ``assert`` pytest rewrote is ``@py_assertN = a == b`` there) up to the first statement
+    that can return, outside any branch (``and`` / ``or`` operands but the first, ``if``
+    expressions' arms, comprehensions, lambdas). Each gets a number its checker call passes,
+    and the checker records (number, caller's code): a test that passed without one of them
+    ran it with something else bound to the checker's name, even if that was put back before
+    the test ended. Returns ({id(node): number}, {(name, first line): numbers}); ``async``
+    functions are left out."""
+    simple = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
+    sites, funcs, todo = {}, {}, [mod.body]
+    while todo:  # the module's functions and its classes' (in top-level if / try blocks too)
+        for node in todo.pop():
+            if isinstance(node, ast.ClassDef):
+                todo.append(node.body)
+            elif isinstance(node, (ast.If, ast.Try)):
+                todo += [node.body, node.orelse, getattr(node, "finalbody", [])]
+            elif isinstance(node, ast.FunctionDef):  # a generator's is not asked (Reporter.unchecked)
+                found = []
+                for stmt in node.body:
+                    if isinstance(stmt, simple) and stmt.value is not None:
+                        found += _unconditional(ast, stmt.value, ops)
+                    if isinstance(stmt, ast.Return) or (
+                        not isinstance(stmt, simple) and _in_scope(ast, stmt, (ast.Return,))
+                    ):
+                        break
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                numbers = []
+                for compare in found:
+                    sites[id(compare)] = len(sites)
+                    numbers.append(sites[id(compare)])
+                if numbers:
+                    funcs[(node.name, first)] = tuple(numbers)
+    return sites, funcs
+
+
+def _in_scope(ast, node, kinds):
+    """Whether ``node`` holds a node of ``kinds`` in its own scope (not in a nested def, lambda or
+    class), pytest's explanation of a failed assert left out (its code neither returns nor yields;
+    it is the bulk of a rewritten test)."""
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    todo = list(ast.iter_child_nodes(node)) if isinstance(node, nested) else [node]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, kinds):
+            return True
+        if isinstance(item, ast.If) and _explains_failure(ast, item):
+            continue
+        if not isinstance(item, nested):
+            todo.extend(ast.iter_child_nodes(item))
+    return False
+
+
+def _explains_failure(ast, node):
+    """``if not @py_assertN: ...``: pytest's code for an assert that failed."""
+    test = node.test
+    return (
+        type(test) is ast.UnaryOp
+        and type(test.op) is ast.Not
+        and type(test.operand) is ast.Name
+        and test.operand.id.startswith("@py_assert")
+    )
+
+
+def _unconditional(ast, expr, ops):
+    """The single-operator comparisons of ``ops`` that evaluating ``expr`` always reaches."""
+    out, todo = [], [expr]
+    comprehensions = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Compare):
+            todo.append(node.left)
+            if len(node.ops) == 1:
+                todo.append(node.comparators[0])
+                if type(node.ops[0]).__name__ in ops:
+                    out.append(node)
+        elif isinstance(node, ast.BoolOp):
+            todo.append(node.values[0])
+        elif isinstance(node, ast.IfExp):
+            todo.append(node.test)
+        elif isinstance(node, comprehensions):
+            todo.append(node.generators[0].iter)
+        elif isinstance(node, ast.keyword):
+            todo.append(node.value)
+        elif not isinstance(node, ast.Lambda):
+            todo.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, (ast.expr, ast.keyword)))
+    return out
+
+
 class _Equality:
     """The AST transform of :func:`_watch_equality`: one pass over the module (a loop over
     each node's fields, no visitor dispatch: the tree pytest leaves is large), each comparison
@@ -567,6 +718,7 @@ class _Equality:
 
     def __init__(self, ast):
         self.ast = ast
+        self.sites = {}  # id(Compare node) -> its site number (see _must_run), for the module at hand
 
     def module(self, mod):
         ast = self.ast
@@ -635,7 +787,12 @@ class _Equality:
         if not any(k in self.OPS for k in kinds):
             return node
         if len(kinds) == 1:
-            return self.call(self.OPS[kinds[0]], [node.left, node.comparators[0]], node)
+            args = [node.left, node.comparators[0]]
+            if id(node) in self.sites:
+                number = self.sites[id(node)]
+                args.append(ast.Constant(number) if hasattr(ast, "Constant") else ast.Num(number))
+                ast.copy_location(args[-1], node)
+            return self.call(self.OPS[kinds[0]], args, node)
         if "Is" in kinds or "IsNot" in kinds:  # identity of a wrapped operand is not the operand's
             return node
         wrapped = [self.call("@swerl_chain", [e], e) for e in [node.left, *node.comparators]]
@@ -705,6 +862,9 @@ class Reporter:
         self.bindings = {}  # rewritten file -> its names bound only by import, def or class (_bindings)
         self.bound = {}  # id(module globals) -> (globals, {name: what its statement bound})
         self.imported = set()  # top-level packages the rewritten modules import (see planted)
+        self.required = {}  # (file, function name, first line) -> its comparisons' numbers (_must_run)
+        self.hits = set()  # (number, code) of each such comparison whose checker ran, this test
+        self.item_globals = {}  # nodeid -> the globals its function runs with, until its teardown
         self.test_globals = {}  # id -> the globals of each test function run from such a file
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
@@ -885,6 +1045,62 @@ class Reporter:
                     out.append(name + "." + attr)
         return sorted(out)
 
+    def unchecked(self, fn):
+        """Why a test function that returned normally skipped a comparison every such run of it
+        makes (see _must_run): its checker name held something else while it ran, or what ran
+        for it was not its body (a replaced runtest or call hook, a swapped ``__code__``: none of
+        its numbers is recorded with its code) ("" if not).
+        Only for the function itself (not a wrapper that may not call it)."""
+        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        if code is None or code.co_flags & GENERATOR_FLAGS:  # its body may not have run at all
+            return ""
+        sites = self.required.get((code.co_filename, code.co_name, code.co_firstlineno))
+        missed = [n for n in sites or () if (n, code) not in self.hits]
+        if not missed:
+            return ""
+        return (
+            "passed with "
+            + str(len(missed))
+            + " comparison(s) without the runner's checker (a checker name was rebound, or the"
+            + " test's own body did not run: its runtest or call hook replaced, its code swapped)"
+        )
+
+    def bound_after(self, nodeid):
+        """Test module names that no longer hold what their statements bound once a test and its
+        fixtures are done (identity only; :meth:`rebound` checks them all again at the end): a
+        rebinding undone before the end is caught when it outlives the test."""
+        names = self.item_globals.pop(nodeid, None)
+        if names is None:
+            return
+        recorded = self.bound.get(id(names), (None, {}))[1]
+        bad = [
+            name
+            for name in self.bindings.get(names.get("__file__"), {})
+            if recorded.get(name, _MISSING) is not _MISSING
+            and names.get(name, _MISSING) is not _MISSING
+            and names.get(name) is not recorded[name]
+        ]
+        if bad:
+            self.raised.add(nodeid)
+            self.tampered.append(
+                "test module "
+                + str(names.get("__name__"))
+                + " no longer held what its own statements bound after test "
+                + nodeid
+                + ": "
+                + ", ".join(sorted(bad)[:8])
+            )
+
+    def _check_installed_names(self):
+        """:meth:`InstalledNames.replaced` for the packages the tests import."""
+        names = getattr(self, "installed_names", None)
+        replaced = names.replaced(self.imported) if names is not None else []
+        if replaced:
+            self.tampered.append(
+                "a module the tests import no longer holds what its own code bound: "
+                + ", ".join(replaced[:8])
+            )
+
     def _as_bound(self, value, way, names):
         """Whether ``value`` can be what the statement made, whenever it ran (a thread may
         swap a name between a statement and its record): an ``import``'s name the module
@@ -1062,6 +1278,7 @@ class Reporter:
         phases = self.phases.setdefault(report.nodeid, {})
         phases[report.when] = (report.outcome, bool(getattr(report, "wasxfail", False)))
         if report.when == "teardown":
+            self.bound_after(report.nodeid)
             self._finish(report.nodeid)
 
     def _finish(self, nodeid):
@@ -1103,6 +1320,7 @@ class Reporter:
             self.tampered.append(
                 "the change's code was put into a module the tests import: " + ", ".join(planted[:8])
             )
+        self._check_installed_names()
         for names in spaces:
             why = self.rerouted(names) or self.copies_held(names)
             if why:
@@ -1197,6 +1415,8 @@ class Guard:
             "os.utime",
             "os.chmod",
             "os.chown",
+            "sys._getframe",
+            "object.__getattr__",
         }
     )
     PROC_MEM = re.compile(r"/proc/(self|thread-self|[0-9]+)(/task/[0-9]+)?/mem")
@@ -1221,6 +1441,8 @@ class Guard:
         self.threads = {}
         """{thread ident: changed file} for each running thread the change's code started (see
         :meth:`watch_threads`): what such a thread does is the change's."""
+        self.hands = {}  # co_filename -> what of it hands frames or text to its caller (HANDS)
+        self.sources = set()  # the files pytest rewrote (the reporter's set, shared once it exists)
         self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
         self.copied, self.copies = {}, {}
         """{id(code): (code, [functions with it], their ids)} for each code object the change's code
@@ -1350,10 +1572,82 @@ class Guard:
         starter = getattr(self, "thread_starter", None)
         return starter is None or _thread.start_new_thread is threading._start_new_thread is starter
 
-    def __call__(self, event, args, _events=EVENTS):
-        if event not in _events:  # most events (every ``__code__`` read) end here
+    def asker(self, depth):
+        """The frame that asked for what the frame ``depth`` levels up did: that frame, or, while
+        it is a standard-library function that hands frames or text to its caller (HANDS), its
+        caller. Only the asker is blamed: a frame of the change further up the stack is not (its
+        logging, warnings and namedtuples take frames for their own use)."""
+        f = sys._getframe(depth + 1)
+        while f is not None and self._hands(f.f_code):
+            f = f.f_back
+        return f
+
+    def _hands(self, code):
+        names = self.hands.get(code.co_filename, _MISSING)
+        if names is _MISSING:
+            names = self.hands[code.co_filename] = HANDS.get(_stdlib_module(code.co_filename))
+        return names is not None and (names is ALL or code.co_name in names)
+
+    def _asked(self, what, path=None):
+        """Record ``what`` when the frame that asked (see :meth:`asker`; called from ``_check``)
+        is the change's code; with ``path``, only when the file read is a test's source."""
+        f = self.asker(3)  # _asked, _check, __call__, then the frame whose call raised the event
+        if f is None or not self._mine(f.f_code):
             return
-        if event == "object.__setattr__":  # whatever the name says: compared later, by identity
+        if path is not None and not self._test_source(path):
+            return
+        why = "the change's code (" + f.f_code.co_filename + ") " + what
+        if why not in self.found:
+            self.found.append(why)
+
+    def _test_source(self, path):
+        """Whether ``path`` is a test's source: a file pytest rewrote (a test module, a conftest),
+        a test file of the run, a ``conftest.py``, or a ``.py`` a test directory held before the
+        run (one the change made there is its own)."""
+        try:
+            full = os.path.realpath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return False
+        if not full.endswith(".py"):
+            return False
+        if os.path.basename(full) == "conftest.py" or full in self.before or full in self.protected:
+            return True
+        return full in {os.path.realpath(p) for p in self.sources}
+
+    def handler_set(self, handler):
+        """``signal.signal`` was called (the runner wraps it: no audit event): a handler is handed
+        the frame the signal interrupts, the test's own, with no event the hook could see."""
+        if not callable(handler) or self.busy:
+            return
+        self.busy = True
+        try:
+            f = self.asker(2)  # handler_set, the wrapper, then its caller
+            why = "the change's code (%s) installed a signal handler: it is handed the frame a signal interrupts"
+            if f is not None and self._mine(f.f_code) and why % f.f_code.co_filename not in self.found:
+                self.found.append(why % f.f_code.co_filename)
+        finally:
+            self.busy = False
+
+    def hooks_why(self):
+        """Trace or profile hooks the change's code left for threads to install (``threading.settrace``
+        sets a name; the thread's own ``sys.settrace`` then runs with none of the change's frames on
+        its stack): each such hook is handed every frame of the thread."""
+        threading = sys.modules.get("threading")
+        out = []
+        for name in ("_trace_hook", "_profile_hook"):
+            hook = getattr(threading, name, None)
+            code = getattr(getattr(hook, "__func__", hook), "__code__", None)
+            if code is not None and self._mine(code):
+                out.append("the change's code left a hook for new threads (threading." + name[1:] + ")")
+        return out
+
+    def __call__(self, event, args, _events=EVENTS, _frames=FRAME_ATTRS):
+        if event not in _events:  # most events end here
+            return
+        if event == "object.__getattr__":
+            if args[1] not in _frames:  # every ``__code__`` read ends here
+                return
+        elif event == "object.__setattr__":  # whatever the name says: compared later, by identity
             self.touched.append(args[0])  # before ``busy``: another thread's assignment counts too
         if self.busy:
             return
@@ -1369,6 +1663,12 @@ class Guard:
         if event in ("os.utime", "os.chmod", "os.chown"):  # metadata only: noted (a test's own
             self._protected(args[0])  # touch of its data changes the ctime), never blamed
             return
+        if event in ("sys._getframe", "object.__getattr__"):
+            what = FRAME_ATTRS[args[1]] if event == "object.__getattr__" else "took a frame (sys._getframe)"
+            self._asked(what + ": the calling test's locals, globals and source line are a step away")
+            return
+        if event == "ctypes.dlsym" and str(args[-1]).startswith(("Py", "_Py")):
+            self._asked("reached the interpreter's own C API through ctypes (" + str(args[-1]) + ")")
         if event == "open":
             path, mode, flags = args[0], args[1] or "", args[2] or 0
             writes = any(c in str(mode) for c in "wax+") or (flags & (os.O_WRONLY | os.O_RDWR))
@@ -1377,7 +1677,11 @@ class Guard:
                 return
             if writes and isinstance(path, str) and path.endswith(".pyc"):
                 self.bytecode.add(os.path.realpath(path))
-            if not writes or not self._protected(path):
+            if not writes:
+                if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__"):
+                    self._asked("read a test file's source: " + str(path), path)
+                return
+            if not self._protected(path):
                 return
             what = "wrote " + str(path)
         elif event in ("os.rename", "os.link", "os.symlink"):
@@ -1495,6 +1799,264 @@ class Guard:
         return text == (source if isinstance(source, bytes) else source.encode("utf-8"))
 
 
+class InstalledNames:
+    """The public names of every module loaded from outside the repository (installed or
+    standard library), as that module's own import bound them, and who rebinds them later.
+
+    Judged at the end for the packages the tests import (:meth:`replaced`): a public name that
+    no longer holds what its import bound must have been rebound by the tests (a test module,
+    a conftest: their own monkeypatching), by installed code the change did not call (a base
+    conftest's ``gevent.monkey.patch_all``, pytest's ``pdb.set_trace``), or by the package
+    itself lazily binding a function under its own name. Whatever the value is: the old rule
+    asked whether it was the change's code, and a ``MagicMock``, ``print`` or
+    ``functools.partial`` planted by the change is not. Who set a name is read from the stack
+    of each ``setattr`` (modules are given a ``ModuleType`` subclass whose ``__setattr__``
+    records it: plain assignment raises no audit event); a write straight into the module's
+    dict bypasses that and is judged by its value. A rebinding by the change's code counts
+    even if it is undone later, unless the same call of the change's code undid it (a
+    ``mock.patch`` inside one function). Values that cannot be called (flags, data) are not
+    judged; nor are ``sys`` and ``warnings`` (hook slots) or ``builtins`` (snapshotted)."""
+
+    EXEMPT = frozenset(("sys", "builtins", "warnings", "__main__"))
+
+    def __init__(self, root, reporter):
+        import threading
+
+        self.root, self.reporter = os.path.realpath(root), reporter
+        self.main = threading.get_ident()
+        self.before = {}  # id(module) -> (module, name, {attr: value} when its import finished)
+        self.set = {}  # (id(module), attr) -> the value last set through setattr
+        self.writes = []  # [module name, attr, who, frame, value before]: set by the change's code
+        self.cls = _recording_module(self)
+        self.load = None  # the import system's wrapped _load_unlocked (see watch_imports)
+
+    def take(self, name, mod):
+        """Record ``mod`` as its import left it (a module of the repository is the change's to shape)."""
+        names = _namespace(mod)
+        path = names.get("__file__")
+        if isinstance(path, str) and _inside(os.path.abspath(path), self.root):
+            return
+        self.before[id(mod)] = (mod, str(name), dict(names))
+        if type(mod) is types.ModuleType:  # a module of a class of its own keeps it (by value only)
+            try:
+                mod.__class__ = self.cls
+            except TypeError:
+                pass
+
+    def take_all(self):
+        """Every module loaded now: before any code of the repository runs."""
+        for name, mod in list(sys.modules.items()):
+            if isinstance(mod, types.ModuleType) and name not in self.EXEMPT:
+                self.take(name, mod)
+
+    def watch_imports(self):
+        """Record each module when its import finishes, before the importer gets it back (the
+        import system's ``_load_unlocked``, which every ``import`` statement and
+        ``importlib.import_module`` goes through)."""
+        boot = sys.modules.get("_frozen_importlib")
+        load = getattr(boot, "_load_unlocked", None)
+        if load is None:
+            return
+        take = self.take
+
+        def _load_unlocked(spec):
+            __tracebackhide__ = True
+            mod = load(spec)
+            try:
+                if isinstance(mod, types.ModuleType) and mod.__name__ not in self.EXEMPT:
+                    take(spec.name, mod)
+            except Exception:
+                pass
+            return mod
+
+        boot._load_unlocked = self.load = _load_unlocked
+
+    def wrote(self, mod, attr, value):
+        """``setattr(mod, attr, value)`` on a recorded module: who did it (see :meth:`_who`)."""
+        if (attr[:1] == "_" and attr != "__getattr__") or not callable(value):
+            return
+        entry = self.before.get(id(mod))
+        held = _namespace(mod).get(attr, _MISSING)
+        if entry is None or entry[0] is not mod or value is held:
+            return  # not recorded, or set to what it holds already (nothing changes)
+        self.set[(id(mod), attr)] = value
+        if (self.writes and self._undone(entry[1], attr, value)) or value is entry[2].get(attr, _MISSING):
+            return
+        if self._package_own(value, attr, entry[1].split(".")[0]):
+            return  # a lazy loader of the package binding its own function under its name
+        who = self._who()
+        if who is not None:
+            self.writes.append([entry[1], attr, who[0], who[1], held])
+
+    def _who(self):
+        """(why, frame) when the change's code set the name: a frame of a changed (or
+        change-compiled) file is on the stack nearer than any frame of a test module or conftest
+        (the change calling ``mock.patch(...).start()`` or a patcher of an installed package is
+        the change's doing; a test calling its own helper is the test's). A thread with neither
+        (a ``threading.Timer`` of ``functools.partial(setattr, ...)``) is nobody's: counted.
+        None when the tests or installed code did it."""
+        guard = getattr(self.reporter, "guard", None)
+        rewritten = self.reporter.rewritten
+        f = sys._getframe(2)
+        while f is not None:
+            name = f.f_code.co_filename
+            if guard is not None and guard._ours(name):
+                outer = f
+                while f is not None:  # the outermost call of the change's code on the stack
+                    if guard._ours(f.f_code.co_filename):
+                        outer = f
+                    f = f.f_back
+                return "the change's code (" + name + ")", outer
+            if name in rewritten:
+                return None
+            f = f.f_back
+        import threading
+
+        return ("another thread", None) if threading.get_ident() != self.main else None
+
+    def _undone(self, modname, attr, value):
+        """A name the change's code set, set back to what it held before: forgiven if the call of
+        the change's code that set it is still running (a ``with mock.patch(...)`` inside one
+        function, whatever the tests had bound there)."""
+        pending = [w for w in self.writes if w[0] == modname and w[1] == attr and w[4] is value]
+        if not pending:
+            return False
+        stack, f = set(), sys._getframe(2)
+        while f is not None:
+            stack.add(id(f))
+            f = f.f_back
+        gone = {id(w) for w in pending if id(w[3]) in stack}
+        self.writes = [w for w in self.writes if id(w) not in gone]
+        return bool(gone)
+
+    def replaced(self, imported):
+        """The public names (and ``__getattr__``) of the modules of the packages ``imported``
+        that no longer hold, or at some point held, what their own import bound, and not for a
+        reason :class:`InstalledNames` accepts: ["module.name (why)"]."""
+        out = []
+        boot = sys.modules.get("_frozen_importlib")
+        if self.load is not None and getattr(boot, "_load_unlocked", None) is not self.load:
+            out.append("the import system (its _load_unlocked was replaced)")
+        for modname, attr, who, _, _ in self.writes:
+            top = modname.split(".")[0]
+            if top in imported and top not in self.EXEMPT:
+                out.append(modname + "." + attr + " (set by " + who + ")")
+        for mod, modname, before in list(self.before.values()):
+            top = modname.split(".")[0]
+            if top not in imported or top in self.EXEMPT:
+                continue
+            names = _namespace(mod)
+            keys = list(before)
+            if all(map(operator.is_, map(names.get, keys), before.values())) and (
+                names.get("__getattr__") is before.get("__getattr__")
+            ):
+                continue
+            for attr in [*keys, "__getattr__"]:
+                now = names.get(attr, _MISSING)
+                if (attr[:1] == "_" and attr != "__getattr__") or now is before.get(attr, _MISSING):
+                    continue
+                if now is _MISSING or not callable(now) or self.set.get((id(mod), attr), _MISSING) is now:
+                    continue  # data, or set through setattr (judged by who did it, above)
+                if not self._explained(now, attr, top):
+                    out.append(modname + "." + attr + " (written into the module's dict)")
+        return sorted(set(out))
+
+    def _explained(self, value, attr, top):
+        """A value written into a module's dict (no ``setattr``: no record of who): the tests' own
+        (defined in a test module, a conftest, a test directory) or the package's own."""
+        path = _value_file(value)
+        if not path:
+            return False
+        guard = getattr(self.reporter, "guard", None)
+        dirs = guard.test_dirs if guard is not None else ()
+        full = os.path.realpath(path)
+        return (
+            path in self.reporter.rewritten
+            or any(_inside(full, d) for d in dirs)
+            or (self._package_own(value, attr, top))
+        )
+
+    def _package_own(self, value, attr, top):
+        """Whether ``value`` is a function or class of the package ``top`` itself, bound under its
+        own name (a lazy loader's ``globals()[name] = ...``, a reload): never a mock, a builtin,
+        a partial, or another of its functions under this name."""
+        try:
+            home = getattr(sys.modules.get(top), "__file__", None) or ""
+            path = _value_file(value)
+            return (
+                bool(home and path)
+                and getattr(_unwrap(value), "__name__", None) == attr
+                and _inside(os.path.realpath(path), os.path.dirname(os.path.realpath(home)))
+            )
+        except Exception:
+            return False
+
+
+def _value_file(value):
+    """The file whose code made ``value`` (a function's code, a class's module), "" if none
+    (a builtin, a partial, an instance) or a ``<...>`` name."""
+    try:
+        fn = _unwrap(value)
+        if isinstance(fn, type):
+            path = getattr(sys.modules.get(str(getattr(fn, "__module__", ""))), "__file__", None)
+        else:
+            path = code_file(fn)
+    except Exception:
+        return ""
+    return path if isinstance(path, str) and path and not path.startswith("<") else ""
+
+
+def _recording_module(names):
+    """The module class :class:`InstalledNames` gives the modules it records: a ``ModuleType``
+    whose ``setattr`` tells it who set what (named ``module``, as ModuleType is)."""
+
+    class Module(types.ModuleType):
+        __slots__ = ()
+
+        def __setattr__(self, attr, value):
+            try:
+                names.wrote(self, attr, value)
+            except Exception:
+                pass
+            types.ModuleType.__setattr__(self, attr, value)
+
+    Module.__name__ = Module.__qualname__ = "module"
+    Module.__module__ = "builtins"  # its repr is ModuleType's: <class 'module'>
+    return Module
+
+
+STDLIB = os.path.dirname(getattr(os, "__file__", None) or "")
+
+
+def _stdlib_module(filename, _lib=STDLIB):
+    """The standard-library module ``filename`` is ("" if none): frozen ones (``<frozen codecs>``)
+    by their name, the others by their path under the library (not its site-packages)."""
+    if filename.startswith("<frozen "):
+        return filename[8:-1]
+    if not _lib or not filename.startswith(_lib + os.sep) or "-packages" + os.sep in filename:
+        return ""
+    name = filename[len(_lib) + 1 :]
+    name = name[:-3] if name.endswith(".py") else name
+    name = name.replace(os.sep, ".")
+    return name[: -len(".__init__")] if name.endswith(".__init__") else name
+
+
+def _watch_signals(guard):
+    """Route ``signal.signal`` (``_signal.signal``, which ``signal.signal`` calls) through the
+    guard: installing a handler raises no audit event, and a handler is handed a frame."""
+    try:
+        import _signal
+    except ImportError:
+        return
+    real = _signal.signal
+
+    def signal(signalnum, handler):
+        guard.handler_set(handler)
+        return real(signalnum, handler)
+
+    _signal.signal = signal
+
+
 def _wrap_call(reporter):
     import pytest
 
@@ -1515,13 +2077,19 @@ def _wrap_call(reporter):
         reporter.current = item.nodeid
         reporter.called.add(item.nodeid)
         reporter.bodies.clear()
+        reporter.hits.clear()
+        _forget_sources(reporter.rewritten)
         outcome = yield
         if outcome.excinfo is None and not why:  # judged in _finish, if its report says passed
             reporter.body_failed[item.nodeid] = reporter.body_why(item)  # (unittest's failures come later)
+        guard = getattr(reporter, "guard", None)
+        if guard is not None and guard.installed:
+            reporter.tampered += guard.hooks_why()
         try:
             rerouted = reporter.test_rerouted(item.obj)
         except Exception:  # items without a Python function (doctests, other plugins' items)
             rerouted = ""
+        _after_call(reporter, item, outcome.excinfo is None)
         if rerouted:
             reporter.raised.add(item.nodeid)
             reporter.tampered.append("test " + item.nodeid + " ran in a module that " + rerouted)
@@ -1531,6 +2099,30 @@ def _wrap_call(reporter):
             reporter.tampered.append(f"test {item.nodeid} was replaced by {why}")
 
     return pytest_runtest_call
+
+
+def _after_call(reporter, item, passed):
+    """A passing test's comparisons all went through the checker (:meth:`Reporter.unchecked`);
+    its module's globals are kept for the check after its teardown (:meth:`Reporter.bound_after`)."""
+    try:
+        fn = getattr(item.obj, "__func__", item.obj)
+        why = reporter.unchecked(fn) if passed else ""
+        if fn.__code__.co_filename in reporter.rewritten:
+            reporter.item_globals[item.nodeid] = fn.__globals__
+    except Exception:  # items without a Python function (doctests, other plugins' items)
+        return
+    if why:
+        reporter.raised.add(item.nodeid)
+        reporter.tampered.append("test " + item.nodeid + " " + why)
+
+
+def _forget_sources(files):
+    """Drop the tests' files from ``linecache`` before each test: a line cached there (pytest's
+    report of an earlier failure or warning put it there) is read with no ``open`` to see."""
+    cache = getattr(sys.modules.get("linecache"), "cache", None)
+    if isinstance(cache, dict):
+        for name in list(files):
+            cache.pop(name, None)
 
 
 def _name_and_code(item):
@@ -1802,10 +2394,15 @@ def main():
     protected = [here] + [t for t in tests if os.path.isfile(t)]
     guard = Guard(cwd, changed, protected, reporter.started, test_dirs(tests, cwd))
     reporter.guard = guard
+    guard.sources = reporter.rewritten
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(guard)
         guard.installed = True
         guard.watch_threads()
+        _watch_signals(guard)
+    reporter.installed_names = InstalledNames(cwd, reporter)  # before any code of the repository runs
+    reporter.installed_names.take_all()
+    reporter.installed_names.watch_imports()
     reporter.channel.write({"start": True, "plugins": plugins or [], "pytest": pytest.__version__})
     code = pytest.main(extra + pinned(args, os.path.join(here, "base"), cwd), plugins=[reporter])
     reporter.close(int(code))
