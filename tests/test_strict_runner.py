@@ -1794,6 +1794,16 @@ def test_package_code_that_imports_asyncio_and_starts_threads_is_not_refused(tmp
     assert (v.tests, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, []), proc.stdout[-2000:]
 
 
+NO_COMPARISON_TESTS = """from pkg import add
+
+
+def test_add():
+    {3: "ok"}[add(1, 2)]  # a KeyError when add is wrong: no comparison for the checker
+
+
+def test_zero():
+    {0: "ok"}[add(0, 0)]
+"""
 RUNTEST_NOOP = """
 import sys as _sys
 
@@ -1861,8 +1871,9 @@ def add(a, b):  # the F2P test's body records written by the change, then a pass
 def test_a_pass_whose_test_body_did_not_run_to_its_end_is_refused(tmp_path, tail, reason):
     """Whatever runs in a test's place (pytest's own no-op as ``runtest``, a hook implementation
     swapped for another of pytest's functions, a wrapper forcing the call's result and gone
-    before the end), a test reported passed must have run its own body to the end."""
-    v, _, proc = run_strict(tmp_path, tail)
+    before the end), a test reported passed must have run its own body to the end: also a test
+    with no comparison of its own to require."""
+    v, _, proc = run_strict(tmp_path, tail, NO_COMPARISON_TESTS)
     assert v.tests.get(F2P) == "FAILED", (v.tests, proc.stdout[-2000:])
     assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
 

@@ -1235,13 +1235,21 @@ class Reporter:
 
     def body_why(self, item):
         """Why ``item``'s passing call does not count: the function its file defines for it
-        (in its class or a base class) did not run its body to the end during the call ("" if
-        it did, or the item has no such function: an alias, a doctest, another plugin's item)."""
+        (in its class or a base class), called by pytest itself, did not run its body to the end
+        during the call ("" if it did, or the item has no such function: an alias, a doctest,
+        another plugin's item, a test wrapped by a decorator of the tests, which may skip it)."""
         module = getattr(item, "module", None)
         path = getattr(module, "__file__", None)
         if not path or not self.was_rewritten(path):
             return ""
         name = getattr(item, "originalname", None) or getattr(item, "name", "")
+        code = getattr(getattr(item, "obj", None), "__code__", None)
+        if (
+            code is None
+            or code.co_name != name
+            or os.path.realpath(code.co_filename) != os.path.realpath(path)
+        ):
+            return ""  # a wrapper of the tests' own decides whether the body runs (one may skip it)
         classes = [c.__name__ for c in getattr(getattr(item, "cls", None), "__mro__", ())] or [None]
         keys = [body_key(path, c, name) for c in classes]
         ran = [self.bodies[k] for k in keys if k in self.bodies]
