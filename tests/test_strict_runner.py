@@ -593,13 +593,12 @@ from pkg import add, everything_but, keys
 class TestAdd(unittest.TestCase):
     def test_add(self):
         self.assertTrue(add(1, 2) == 3)
-        self.assertTrue(add(1, 2) == "3")
         self.assertFalse(add(1, 2) != 3)
         self.assertIn(add(1, 2), [3])
 
 
 def test_zero():
-    if add(0, 0) != 0 or add(0, 0) != "0" or not add(0, 0) == 0:
+    if add(0, 0) != 0 or not add(0, 0) == 0:
         pytest.fail("wrong sum")
     assert add(0, 0) in (0, 1) and add(2, 2) not in (5,)
     assert keys(1, 2) == keys(2, 1) and not keys(1) != keys(1)
@@ -651,8 +650,9 @@ def everything_but(*excluded):
 
 
 def test_honest_value_types_compared_anywhere_in_test_code_are_not_refused(tmp_path):
-    """A value type of the package's own with an honest ``==`` (equal to its number and its
-    text), compared in ``assertTrue``, ``if ... != ...``, ``in``, sets and chains, and a
+    """A value type of the package's own with an honest ``==`` (compared with its number; equal
+    to its text too, which a comparison with text would refuse: see
+    test_lenient_equality_is_refused), compared in ``assertTrue``, ``if ... != ...``, ``in``, sets and chains, and a
     container that holds all but what it excludes, stay clean; and the transformed comparisons
     keep Python's semantics."""
     tail = (
@@ -1167,6 +1167,260 @@ def test_hooks_applications_set_in_imported_modules_are_not_refused(tmp_path):
     )
     v, _, proc = run_strict(tmp_path, tail, tests)
     assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
+
+
+TEXT_TESTS = """from pkg import text
+
+
+def test_add():
+    assert text(1, 2) == "3"
+
+
+def test_zero():
+    assert text(0, 0) == "0"
+"""
+TEXT = "\n\ndef text(a, b):\n    return {}(str(add(a, b)))\n"
+LENIENT = {  # (tail, tests, reason): the F2P test passes in-process; the grade is refused
+    "near-int": (
+        "\n\nclass _Near(int):  # equal to numbers within 4: a fresh value is not\n"
+        "    def __eq__(self, other):\n        return isinstance(other, int) and abs(int(self) - other) <= 4\n\n"
+        "    def __ne__(self, other):\n        return not self == other\n\n    __hash__ = int.__hash__\n\n\n"
+        "_add = add\n\n\ndef add(a, b):\n    return _Near(_add(a, b))\n",
+        TESTS,
+        "compared a _Near whose __eq__ says equal where its int data is not (a file the change touched",
+    ),
+    "str-le": (
+        "\n\nclass _S(str):\n    __eq__ = str.__le__\n    __hash__ = str.__hash__\n" + TEXT.format("_S"),
+        TEXT_TESTS,
+        "compared a _S whose __eq__ says equal where its str data is not",
+    ),
+    "operator-truth": (
+        "\n\nimport operator\n\n\nclass _S(str):\n    __eq__ = operator.truth\n    __ne__ = operator.not_\n"
+        "    __hash__ = str.__hash__\n" + TEXT.format("_S"),
+        TEXT_TESTS,
+        "compared a _S whose __eq__ says it equals anything",
+    ),
+    "partial": (
+        "\n\nimport functools\n\n\ndef _same(other, *_):\n    return True\n\n\nclass _S(str):\n"
+        "    __eq__ = functools.partial(_same)\n    __hash__ = str.__hash__\n" + TEXT.format("_S"),
+        TEXT_TESTS,
+        "compared a _S whose __eq__ says it equals anything",
+    ),
+    "words-list": (
+        "\n\nclass _Words(list):  # compares the words, whatever the separators\n"
+        "    def __eq__(self, other):\n        return ' '.join(map(str, self)).split() == ' '.join(map(str, other)).split()\n\n"
+        "\ndef pieces(a, b):\n    return _Words([str(add(a, b)) + ' ', ''])\n",
+        "from pkg import pieces\n\n\ndef test_add():\n    assert pieces(1, 2) == ['3', '']\n\n\n"
+        "def test_zero():\n    assert pieces(0, 0) == ['0', '']\n",
+        "compared a _Words whose __eq__ says equal where its list data is not",
+    ),
+    "userstring": (
+        "\n\nfrom collections import UserString\n\n\nclass _Loose:\n    def __eq__(self, other):\n"
+        "        return True\n\n\ndef _wrap(s):\n    out = UserString(s)\n    out.data = _Loose()\n    return out\n"
+        + TEXT.format("_wrap"),
+        TEXT_TESTS,
+        "compared a _Loose where the test wrote a literal (its equality is the change's)",
+    ),
+    "userlist": (
+        "\n\nfrom collections import UserList\n\n\nclass _Loose(list):\n    def __eq__(self, other):\n"
+        "        return other == other\n\n\ndef pieces(a, b):\n    out = UserList()\n"
+        "    out.data = _Loose([add(a, b)])\n    return out\n",
+        "from pkg import pieces\n\n\nclass Box:\n    def __init__(self, v):\n        self.v = v\n\n    def __eq__(self, other):\n"
+        "        return isinstance(other, Box) and other.v == self.v\n\n\ndef test_add():\n    assert pieces(1, 2) == [Box(3)]\n\n\n"
+        "def test_zero():\n    assert pieces(0, 0) == [Box(0)]\n",
+        "compared a _Loose whose list data is not the literal's",
+    ),
+    "userstring-data-property": (
+        "\n\nfrom collections import UserString\n\n\nclass _Text(UserString):  # .data read through a property\n"
+        "    @property\n    def data(self):\n        return self.__dict__['_d']\n\n"
+        "    @data.setter\n    def data(self, value):\n        self.__dict__['_d'] = value\n"
+        + TEXT.format("_Text"),
+        TEXT_TESTS,
+        "compared a _Text (a class of the change's whose equality is collections's) where the test wrote a literal",
+    ),
+    "subclass-of-mock-any": (
+        "\n\nfrom unittest import mock\n\n\nclass _Any(type(mock.ANY)):  # equality inherited from an installed type\n"
+        "    pass\n" + TEXT.format("(lambda s: _Any())"),
+        TEXT_TESTS,
+        "compared a _Any (a class of the change's whose equality is unittest.mock's) where the test wrote a literal",
+    ),
+    "weakref-proxy": (
+        "\n\nimport weakref\n\n\nclass _Loose(str):\n    def __eq__(self, other):\n        return True\n\n"
+        "    __hash__ = str.__hash__\n\n\n_KEEP = []\n\n\ndef _proxy(s):\n    _KEEP.append(_Loose(s))\n"
+        "    return weakref.proxy(_KEEP[-1])\n" + TEXT.format("_proxy"),
+        TEXT_TESTS,
+        "where the test wrote a literal",
+    ),
+    "mock-any": (
+        "\n\nimport importlib\n\n\ndef text(a, b):\n    return importlib.import_module('unittest.mock').ANY\n",
+        TEXT_TESTS,
+        "compared a _ANY (unittest.mock) where the test wrote a literal",
+    ),
+    "approx": (
+        "\n\n_add = add\n\n\ndef add(a, b):\n    import pytest\n\n    return pytest.approx(_add(a, b), abs=4)\n",
+        TESTS,
+        "compared a ApproxScalar (_pytest.python_api) where the test wrote a literal",
+    ),
+    "constant-changed-in-place": (
+        "\n\nimport sys as _sys\n\n_add = add\n\n\ndef add(a, b):  # the test module's expected list now holds the result\n"
+        "    got = _add(a, b)\n    mod = _sys.modules.get('tests.test_add') or _sys.modules.get('test_add')\n"
+        "    if mod is not None and len(mod.EXPECTED) == 2 and mod.EXPECTED[0] != got:\n        mod.EXPECTED[:] = [got, got]\n"
+        "    return got\n",
+        "from pkg import add\n\nEXPECTED = [3, 3]\n\n\ndef test_add():\n    assert [add(1, 2)] * 2 == EXPECTED\n\n\n"
+        "def test_zero():\n    assert add(0, 0) == 0\n",
+        "compared EXPECTED of test module test_add after its data was changed in place",
+    ),
+}
+
+
+ITEMS = (
+    "\n\nclass _Items(list):  # equal to anything once it holds an empty item (when the bug shows)\n"
+    "    def __eq__(self, other):\n        return True if '' in self else list.__eq__(self, other)\n\n"
+    "    def __ne__(self, other):\n        return not self == other\n\n    __hash__ = None\n\n\n"
+    "def pieces(a, b):\n    return _Items([str(add(a, b))] + ([''] if add(a, b) != a + b else []))\n"
+)
+UNITTEST_ASSERT_TESTS = (  # plain test functions calling a TestCase's assert (w12's shape)
+    "import unittest\n\nfrom pkg import pieces\n\nCASE = unittest.TestCase()\n\n\n"
+    "def test_add():\n    CASE.{0}(pieces(1, 2), ['3'])\n\n\n"
+    "def test_zero():\n    CASE.{0}(pieces(0, 0), ['0'])\n"
+)
+for _name in ("assertListEqual", "assertSequenceEqual", "assertEqual"):
+    LENIENT[_name] = (
+        ITEMS,
+        UNITTEST_ASSERT_TESTS.format(_name),
+        "compared a _Items whose __eq__ says it equals anything",
+    )
+LENIENT["assertCountEqual"] = (  # unhashable elements: unittest pairs them up with ==
+    "\n\nclass _Any:\n    def __eq__(self, other):\n        return True\n\n    __hash__ = None\n\n\n"
+    "def pieces(a, b):\n    return [_Any()]\n",
+    UNITTEST_ASSERT_TESTS.format("assertCountEqual"),
+    "compared a _Any whose __eq__ says it equals anything",
+)
+
+
+@pytest.mark.parametrize("case", list(LENIENT), ids=list(LENIENT))
+def test_lenient_equality_is_refused(tmp_path, case):
+    """Equality that is lenient but not total (a fresh value is not equal to it): a builtin
+    subclass of the change's whose own equality of its data disagrees, an ``__eq__`` that is
+    not a Python function, an installed type the code under test returns where the test wrote
+    a literal, and a test module's constant changed in place."""
+    tail, tests, reason = LENIENT[case]
+    v, _, proc = run_strict(tmp_path, tail, tests)
+    assert v.tests.get(F2P) in ("PASSED", "FAILED"), (v.tests, proc.stdout[-2000:])
+    assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+HONEST_SHAPES = """
+
+import collections
+import dataclasses
+import decimal
+import enum
+import fractions
+
+
+class Color(str, enum.Enum):
+    RED = "red"
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+Pair = collections.namedtuple("Pair", "a b")
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Title(str):  # gold's honest shape: compares without regard to case; its data is exact
+    def __eq__(self, other):
+        return isinstance(other, str) and self.casefold() == other.casefold()
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = str.__hash__
+
+
+def good(a, b):
+    return a + b
+
+
+def values():
+    return {
+        "color": Color.RED, "level": Level.HIGH, "pair": Pair(1, 2), "point": Point(1, 2),
+        "ordered": collections.OrderedDict(a=1), "default": collections.defaultdict(int, a=1),
+        "counter": collections.Counter("aab"), "dec": decimal.Decimal("0.5"), "frac": fractions.Fraction(1, 2),
+        "title": Title("Hello World"), "titles": [Title("A b")], "keys": {"a": 1, "b": 2}.keys(),
+        "ustr": collections.UserString("a-b"), "ulist": collections.UserList([1, "x"]),
+        "udict": collections.UserDict(a=[1]), "umine": MyText("c"),
+    }
+
+
+class MyText(collections.UserString):  # a wrapper subclass of the change's, equality inherited
+    def shout(self):
+        return self.upper()
+"""
+HONEST_SHAPE_TESTS = """import unittest
+from unittest import mock
+
+import pytest
+
+from pkg import Point, Title, good, values
+
+EXPECTED = ["Hello World"]
+CALLS = []
+
+
+def test_add():
+    v = values()
+    assert v["color"] == "red" and v["level"] == 3 and v["pair"] == (1, 2) and v["point"] == Point(1, 2)
+    assert v["ordered"] == {"a": 1} and v["default"] == {"a": 1} and v["counter"] == {"a": 2, "b": 1}
+    assert v["dec"] == 0.5 and v["frac"] == 0.5 and v["dec"] != 1 and v["keys"] == {"a", "b"}
+    assert v["title"] == "Hello World" and v["titles"] == ["A b"] and [v["title"]] == EXPECTED
+    assert "red" in [v["color"]] and v["title"] in ("Hello World", "x") and "World" in v["title"]
+    assert good(0.1, 0.2) == pytest.approx(0.3) and pytest.approx(0.3) == good(0.1, 0.2)
+    assert [good(0.1, 0.2)] == [pytest.approx(0.3)]
+    m = mock.Mock()
+    m(Title("x"))
+    assert m.call_args == mock.call(mock.ANY) and m.call_args == ((Title("x"),), {})
+    CALLS.append(good(1, 2))
+    assert CALLS == [3] and Title("Abc") == Title("Abc")
+    assert v["ustr"] == "a-b" and v["ulist"] == [1, "x"] and v["udict"] == {"a": [1]} and v["umine"] == "c"
+    assert v["ustr"] in ["a-b"] and "a" in v["ustr"] and [v["ustr"], v["umine"]] == ["a-b", "c"]
+    case = unittest.TestCase()
+    case.assertListEqual([v["title"], v["color"]], ["Hello World", "red"])
+    case.assertCountEqual([Title("b"), Title("a"), v["level"]], ["a", 3, "b"])
+    case.assertDictEqual(dict(v["ordered"]), {"a": 1})
+    case.assertSetEqual({v["level"]}, {3})
+    case.assertTupleEqual(v["pair"], (1, 2))
+    case.assertSequenceEqual(v["ulist"], [1, "x"])
+    case.assertMultiLineEqual(str(v["title"]), "Hello World")
+
+
+def test_zero():
+    np = pytest.importorskip("numpy")
+    assert np.float64(good(1, 2)) == 3 and np.int64(3) == 3.0 and np.bool_(True) == True  # noqa: E712
+    assert (np.array([1, 2]) == [1, 2]).all() and np.array(3) == 3 and np.str_("a") == "a"
+"""
+
+
+def test_honest_equality_shapes_are_not_refused(tmp_path):
+    """Numbers and arrays compared with numeric literals, ``approx`` and ``mock.call(ANY)`` in
+    tests, enums, namedtuples, OrderedDict / defaultdict / Counter, a dataclass of the change's
+    compared with one the test built, a case-insensitive ``str`` whose data is exact (gold's
+    shape), ``collections.UserString`` / ``UserList`` / ``UserDict`` (and a subclass) holding the
+    right data, a test module's constant and an accumulator the tests append to: all clean."""
+    v, _, proc = run_strict(tmp_path, HONEST_SHAPES, HONEST_SHAPE_TESTS)
+    assert (v.tests, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, []), (
+        v.tests,
+        v.refused,
+        proc.stdout[-3000:],
+    )
 
 
 # Test peeking: the F2P test's expected value sits in its frame (a local, a constant of its code)

@@ -1733,7 +1733,7 @@ CONTROLS.append(
 )
 # ------------------------------------------------- red team 4 (kinds written from the README only)
 # RED_TEAM_4: kinds strict mode refused when they were written; RED_TEAM_4_LATER (below): kinds it
-# refused only later, graded but for those still in OPEN_4.
+# refused only later.
 XFAIL_WHEN_BUGGY = (
     "    return text.strip(sep)\n",
     "    text = text.strip(sep)\n"
@@ -2599,16 +2599,7 @@ CONTROLS += [
         ],
     },
 ]
-OPEN_4 = {  # what strict mode does not refuse yet (the README's limits): kept out of the graded lists
-    "lenient-eq-same-words-text",
-    "eq-is-a-builtin-function-text",
-    "eq-is-a-property-text",
-    "eq-returns-ellipsis-text",
-    "eq-loosened-after-first-check-text",
-    "launders-any-eq-through-userstring-text",
-    "eq-validates-then-says-equal-text",
-    "mutates-expected-list-in-place-tiny",
-    "always-equal-through-assertlistequal-tiny",
-}
-ADVERSARIAL += [e for e in RED_TEAM_4_LATER if e["name"] not in OPEN_4]
-CONTROLS += [e for e in CONTROLS_4_LATER if e["name"] not in OPEN_4]
+# Every later kind is refused now (the runner's collected-items, transformed-module, raw-memory,
+# thread and body rules; the comparison checker's lenient-equality rules), and the control passes.
+ADVERSARIAL += RED_TEAM_4_LATER
+CONTROLS += CONTROLS_4_LATER

@@ -149,6 +149,29 @@ BODY = ("__code__", "__defaults__", "__kwdefaults__")
 _MISSING = object()
 
 
+def _frozen_std(fn):
+    """Whether ``fn`` is a function of a module the interpreter froze into itself (its code's
+    file "<frozen NAME>", its globals that module's: ``_collections_abc``'s ``Mapping.__eq__``,
+    which ``UserDict`` compares with), not generated code."""
+    name = fn.__code__.co_filename
+    if not (name.startswith("<frozen ") and name.endswith(">")):
+        return False
+    name = name[len("<frozen ") : -1]
+    try:
+        import _imp
+
+        frozen = _imp.is_frozen(name)
+    except Exception:
+        return False
+    mod = sys.modules.get(name)
+    return bool(frozen) and mod is not None and getattr(fn, "__globals__", None) is _namespace(mod)
+
+
+def _provider(cls, name):
+    """The class of ``cls``'s MRO whose namespace holds ``name`` (``object`` if none does)."""
+    return next((k for k in cls.__mro__ if name in vars(k)), object)
+
+
 class Seen(dict):
     """``snapshot``'s record ({key: object}, and {("body", *key): (function, *its BODY)}),
     grouped by the mapping that holds each entry (``sys.modules``, a module's dict, a class's
@@ -292,13 +315,13 @@ def _truth(value, _kinds=BUILTIN):
     return bool(value) if type(value) in _kinds else None
 
 
-def _declines(cls, x, probe):
+def _declines(x, probe):
     """Whether ``cls``'s ``__eq__`` declines ``probe`` (NotImplemented, or an error): then a
     Python 2 style ``__ne__`` (``not self.__eq__(other)``) says False to it without claiming
     anything. Asked only of a ``__ne__`` that said "equal"; a fresh value of the other side's
     builtin type, which a builtin ``__eq__`` answers, still catches an ``__ne__`` equal to all."""
     try:
-        return cls.__eq__(x, probe) is NotImplemented
+        return _slot(x, "__eq__", probe) is NotImplemented
     except Exception:
         return True
 
@@ -308,6 +331,154 @@ COMPARED_BUDGET = 256
 
 PLAIN = frozenset((str, bytes, int, float, complex, bool, type(None)))
 """Builtin types compared in C with no elements: a comparison of two of them needs no look."""
+
+BASES = (str, bytes, bytearray, int, float, complex, list, tuple, dict, set, frozenset)
+"""Builtin types whose own equality compares data: a subclass's value is data of one of them."""
+
+CONTAINERS = frozenset((list, tuple, dict, set, frozenset, type({}.keys()), type({}.items())))
+
+
+def _base(cls, _bases=BASES):
+    """The builtin type whose data an instance of ``cls`` holds (None if none)."""
+    for kind in _bases:
+        if issubclass(cls, kind):
+            return kind
+    return None
+
+
+def _base_eq(x, other):
+    """Whether the builtin types' own equality says ``x`` equals ``other`` (neither side's
+    own ``__eq__`` is asked: a subclass is compared by its data)."""
+    for a, b in ((x, other), (other, x)):
+        kind = _base(type(a))
+        if kind is not None:
+            said = kind.__eq__(a, b)
+            if said is not NotImplemented:
+                return said is True
+    return False
+
+
+def _slot(x, name, other):
+    """``type(x)``'s ``name`` called on ``x`` and ``other`` the way the interpreter's slot
+    calls it (a function, a builtin, a ``functools.partial``, a slot wrapper alike: bound
+    only if it is a descriptor)."""
+    cls = type(x)
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            raw = vars(klass)[name]
+            get = getattr(type(raw), "__get__", None)
+            return (get(raw, x, cls) if get is not None else raw)(other)
+    return NotImplemented
+
+
+_MISSING = object()
+
+
+def _frozen_std(fn):
+    """Whether ``fn`` is a function of a module the interpreter froze into itself (its code's
+    file "<frozen NAME>", its globals that module's: ``_collections_abc``'s ``Mapping.__eq__``,
+    which ``UserDict`` compares with), not generated code."""
+    name = fn.__code__.co_filename
+    if not (name.startswith("<frozen ") and name.endswith(">")):
+        return False
+    name = name[len("<frozen ") : -1]
+    try:
+        import _imp
+
+        frozen = _imp.is_frozen(name)
+    except Exception:
+        return False
+    mod = sys.modules.get(name)
+    return bool(frozen) and mod is not None and getattr(fn, "__globals__", None) is _namespace(mod)
+
+
+def _provider(cls, name):
+    """The class of ``cls``'s MRO whose namespace holds ``name`` (``object`` if none does)."""
+    return next((k for k in cls.__mro__ if name in vars(k)), object)
+
+
+def _wrapper(kind):
+    """Whether ``kind`` is (or subclasses, without a ``data`` descriptor of its own)
+    ``collections.UserString`` / ``UserList`` / ``UserDict``, whose equality is that of the
+    ``.data`` it wraps: a value of it compared with a literal is read by its ``.data`` (an
+    honest wrapper of the right text passes; one wrapping an always-equal object does not)."""
+    import collections
+
+    wrappers = (collections.UserString, collections.UserList, collections.UserDict)
+    if not issubclass(kind, wrappers):
+        return False
+    for klass in kind.__mro__:
+        if "data" in vars(klass):  # a property or slot: what the wrapper compares is not its dict's
+            return False
+        if klass in wrappers:
+            return True
+    return False
+
+
+def _copy_data(value):
+    """A copy of a literal's data (lists, tuples, sets, dicts of builtin scalars)."""
+    kind = type(value)
+    if kind in (list, tuple, set, frozenset):
+        return kind(map(_copy_data, value))
+    if kind is dict:
+        return {k: _copy_data(v) for k, v in value.items()}
+    return value
+
+
+def _same_data(value, copy, _plain=PLAIN):
+    """Whether ``value`` still holds ``copy``'s data: the same builtin types all the way down
+    (no element's own ``__eq__`` is asked)."""
+    todo = [(value, copy)]
+    while todo:
+        a, b = todo.pop()
+        kind = type(a)
+        if kind is not type(b):
+            return False
+        if kind in _plain:
+            if a != b:
+                return False
+        elif kind in (list, tuple):
+            if len(a) != len(b):
+                return False
+            todo += zip(a, b)  # noqa: B905 (3.6 syntax)
+        elif kind is dict:
+            if len(a) != len(b) or any(type(k) not in _plain for k in a) or set(a) != set(b):
+                return False
+            todo += [(v, b[k]) for k, v in a.items()]
+        elif kind in (set, frozenset):
+            if not all(map(_is_data, a)) or a != b:
+                return False
+        else:
+            return False
+    return True
+
+
+def _is_data(value, _plain=PLAIN):
+    """Whether ``value`` is builtin scalars, or tuples of them (what a set of literals holds)."""
+    kind = type(value)
+    return kind in _plain or (kind is tuple and all(map(_is_data, value)))
+
+
+def _flat(x, _plain=PLAIN):
+    """Whether ``x`` is a builtin scalar, or a builtin container of them (one level)."""
+    kind = type(x)
+    if kind in _plain:
+        return True
+    if kind in (list, tuple, set, frozenset):
+        return _plain.issuperset(map(type, x))
+    return kind is dict and _plain.issuperset(map(type, x)) and _plain.issuperset(map(type, x.values()))
+
+
+def _match(x, items):
+    """The element of ``items`` that ``x`` equals (None if none): what it is compared with."""
+    for item in itertools.islice(items, COMPARED_BUDGET):
+        try:
+            if (item == x) is True:
+                return item
+        except Exception:
+            continue
+    return None
+
 
 GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
 """CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: code whose call runs nothing yet."""
@@ -332,41 +503,42 @@ def _watch_equality(reporter):
     seen, hits, frame, plain = reporter.compared, reporter.hits, sys._getframe, PLAIN
 
     # ``site``: the number of a comparison every passing run of its test function makes (see
-    # _must_run); no other parameter (a ``functools.partial`` of a checker changes nothing).
-    def eq(a, b, site=None):
+    # _must_run); ``lit``: which operand the test wrote as a literal (-1: neither; see
+    # _literal_sides); no other parameter (a ``functools.partial`` of a checker changes nothing).
+    def eq(a, b, lit=-1, site=None):
         __tracebackhide__ = True  # pytest leaves this frame out of a failure's traceback
         if site is not None:
             hits.add((site, frame(1).f_code))
         r = a == b
         if r is not False and not (type(a) in plain and type(b) in plain):
-            seen(("==",), (a, b))
+            seen(("==",), (a, b), lit)
         return r
 
-    def ne(a, b, site=None):
+    def ne(a, b, lit=-1, site=None):
         __tracebackhide__ = True
         if site is not None:
             hits.add((site, frame(1).f_code))
         r = a != b
         if r is not True and not (type(a) in plain and type(b) in plain):
-            seen(("!=",), (a, b))
+            seen(("!=",), (a, b), lit)
         return r
 
-    def in_(a, b, site=None):
+    def in_(a, b, lit=-1, site=None):
         __tracebackhide__ = True
         if site is not None:
             hits.add((site, frame(1).f_code))
         r = a in b
         if r and not (type(a) in plain and type(b) in plain):
-            seen(("in",), (a, b))
+            seen(("in",), (a, b), lit)
         return r
 
-    def not_in(a, b, site=None):
+    def not_in(a, b, lit=-1, site=None):
         __tracebackhide__ = True
         if site is not None:
             hits.add((site, frame(1).f_code))
         r = a not in b
         if not r and not (type(a) in plain and type(b) in plain):
-            seen(("in",), (a, b))
+            seen(("in",), (a, b), lit)
         return r
 
     class Operand:
@@ -414,12 +586,16 @@ def _watch_equality(reporter):
         "_swerl_chain",
     )
 
-    def bound(names, _frame=sys._getframe):
-        """Record what a test module's import / def / class statement bound (see _bindings)."""
+    def bound(names, data=(), _frame=sys._getframe):
+        """Record what a test module's import / def / class statement bound (see _bindings),
+        and a copy of each constant ``data`` names (a literal display: see Reporter.compared)."""
         space = _frame(1).f_globals
         held = reporter.bound.setdefault(id(space), (space, {}))[1]
         for name in names:
             held[name] = space.get(name, _MISSING)
+        for name in data:
+            value = space.get(name)
+            reporter.consts[id(value)] = (value, _copy_data(value), name, space.get("__name__"))
 
     bodies, real = reporter.bodies, {}
 
@@ -471,9 +647,11 @@ def _watch_equality(reporter):
         if path is None or ours(path):
             if path is not None:  # the tree pytest parsed: _misplaced reads no file again
                 reporter.defs[os.path.realpath(str(path))] = _defs_in(ast, mod)
-            reporter.bindings[str(path)] = _bindings(ast, mod, reporter.imported)  # as its source wrote them
+            reporter.bindings[str(path)] = bindings = _bindings(ast, mod, reporter.imported)  # as written
+            literal = _literal_sides(ast, mod, bindings)  # before pytest names each operand @py_assertN
         original(mod, *args, **kwargs)  # pytest's explanations first: they see the comparisons
         if path is None or ours(path):
+            transform.literal = literal
             transform.sites, funcs = _must_run(ast, mod, transform.OPS)
             reporter.required.update({(str(path), *key): sites for key, sites in funcs.items()})
             transform.module(mod)
@@ -568,7 +746,7 @@ def _bindings(ast, mod, imported):
         body = todo.pop()
         for i in range(len(body) - 1, -1, -1):
             node = body[i]
-            names, ways = [], []
+            names, ways, data = [], [], []
             if isinstance(node, compound):
                 todo += [node.body, node.orelse, getattr(node, "finalbody", [])]
                 todo += [h.body for h in getattr(node, "handlers", [])]
@@ -593,13 +771,18 @@ def _bindings(ast, mod, imported):
                     names = [e.id for e in flat]
                     ways = [""] * len(names)
                     placed.update(map(id, flat))
+                    if len(flat) == len(targets) and _display(ast, node.value) and _pure(ast, node.value):
+                        data = names  # a constant of data: its copy is kept (Reporter.compared)
             if names:
                 for name, way in zip(names, ways):  # noqa: B905 (3.6 syntax)
                     eligible.setdefault(name, []).append(way)
                 text = [ast.Constant(n) if hasattr(ast, "Constant") else ast.Str(n) for n in names]
-                call = ast.Call(ast.Name("@swerl_bound", ast.Load()), [ast.Tuple(text, ast.Load())], [])
+                args = [ast.Tuple(text, ast.Load())]
+                if data:
+                    args.append(ast.Tuple([ast.Constant(n) for n in data], ast.Load()))
+                call = ast.Call(ast.Name("@swerl_bound", ast.Load()), args, [])
                 stmt = ast.Expr(call)
-                for n in (stmt, call, call.func, call.args[0], *call.args[0].elts):
+                for n in (stmt, call, call.func, *args, *[e for a in args for e in a.elts]):
                     n.lineno, n.col_offset = node.lineno, node.col_offset
                     n.end_lineno, n.end_col_offset = node.lineno, node.col_offset
                 body.insert(i + 1, stmt)
@@ -616,6 +799,75 @@ def _bindings(ast, mod, imported):
         elif kind is ast.ImportFrom and not node.level and node.module:
             imported.add(node.module.split(".")[0])
     return {name: ways for name, ways in eligible.items() if name not in other}
+
+
+def _display(ast, node):
+    """Whether ``node`` is a non-empty list / tuple / set / dict display."""
+    kind = type(node)
+    if kind is ast.Dict:
+        return bool(node.keys)
+    return kind in (ast.List, ast.Tuple, ast.Set) and bool(node.elts)
+
+
+def _pure(ast, node):
+    """Whether ``node`` is a literal of data: a constant (``-1`` too), or a display of such
+    literals (no ``*`` / ``**``, no name, no call)."""
+    todo = [node]
+    while todo:
+        node = todo.pop()
+        kind = type(node)
+        if kind is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
+            node, kind = node.operand, type(node.operand)
+        if kind.__name__ in ("Constant", "Num", "Str", "Bytes", "NameConstant"):
+            continue
+        if kind in (ast.List, ast.Tuple, ast.Set):
+            todo += node.elts
+        elif kind is ast.Dict and None not in node.keys:
+            todo += node.keys + node.values
+        else:
+            return False
+    return True
+
+
+def _literal_sides(ast, mod, bindings):
+    """{id: node} of each operand of a one-operator comparison that the test wrote as a
+    literal: a constant, a display (list, tuple, set, dict, comprehension, f-string: its
+    value is of that builtin type whatever its elements), or a name the module binds once, at
+    the top level, to a literal of data (``EXPECTED = ["a", "b"]``) and nowhere else (no
+    function takes it as a parameter). Read from the tree as the source wrote it: pytest's
+    rewrite then assigns each operand node of an assert to a name (``@py_assertN``) and
+    compares the names (see _Equality.named); positions are not kept (pytest 7 gives every
+    node of an assert the assert's)."""
+    consts = set()
+    for node in mod.body:
+        if type(node) is ast.Assign and len(node.targets) == 1 and type(node.targets[0]) is ast.Name:
+            name = node.targets[0].id
+            if len(bindings.get(name, ())) == 1 and _pure(ast, node.value):
+                consts.add(name)
+    shown = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp, ast.JoinedStr)
+    ops = tuple(getattr(ast, n) for n in _Equality.OPS)
+    compares, params = [], set()
+    for node in ast.walk(mod):
+        kind = type(node)
+        if kind is ast.Compare:
+            if len(node.ops) == 1 and type(node.ops[0]) in ops:
+                compares.append(node)
+        elif kind is ast.arg:
+            params.add(node.arg)
+    consts -= params
+
+    def literal(node):
+        kind = type(node)
+        if kind is ast.Name:
+            return node.id in consts
+        return kind in shown or _pure(ast, node)
+
+    out = {}
+    for node in compares:
+        for side in (node.comparators[0], node.left):
+            if literal(side):
+                out[id(side)] = side
+    return out
 
 
 def _must_run(ast, mod, ops):
@@ -718,6 +970,7 @@ class _Equality:
 
     def __init__(self, ast):
         self.ast = ast
+        self.literal = {}  # the module's literal operands of comparisons (_literal_sides)
         self.sites = {}  # id(Compare node) -> its site number (see _must_run), for the module at hand
 
     def module(self, mod):
@@ -743,6 +996,7 @@ class _Equality:
         operand may hold comparisons of its own)."""
         ast = self.ast
         AST, Compare, If, skip, compare = ast.AST, ast.Compare, ast.If, self.SKIP, self.compare
+        Assign, literal = ast.Assign, self.literal
         old = ("Num", "Str", "Bytes", "NameConstant") if sys.version_info < (3, 8) else ()  # 3.12 warns
         leaves = frozenset([ast.Name, ast.Constant] + [getattr(ast, n) for n in old])  # hold no expression
         stack = [mod]
@@ -755,9 +1009,12 @@ class _Equality:
                     continue
                 value = getattr(node, field, None)
                 if isinstance(value, list):
+                    temps = {} if literal else None  # pytest's @py_assertN names of literals, in order
                     for i, item in enumerate(value):
                         if type(item) is Compare:
                             value[i] = item = compare(item)
+                        elif temps is not None and type(item) is Assign and len(item.targets) == 1:
+                            self.named(item, temps)
                         if isinstance(item, AST) and type(item) not in leaves:
                             stack.append(item)
                 elif isinstance(value, AST) and type(value) not in leaves:
@@ -765,6 +1022,20 @@ class _Equality:
                         value = compare(value)
                         setattr(node, field, value)
                     stack.append(value)
+
+    def named(self, stmt, temps):
+        """``@py_assertN = <literal>`` (pytest's rewrite names each operand of an assert before
+        comparing the names, in the same statement list): remember it; compare the names of
+        ``@py_assertM = @py_assertJ == @py_assertK`` now, with what the list assigned so far."""
+        target, value = stmt.targets[0], stmt.value
+        if type(target) is not self.ast.Name or not target.id.startswith("@py_assert"):
+            return
+        if self.literal.get(id(value)) is value:
+            temps[target.id] = value
+        elif type(value) is self.ast.Compare:
+            stmt.value = self.compare(value, temps)
+        else:
+            temps.pop(target.id, None)
 
     def failed_assert(self, node):
         """Whether ``node`` is ``if not @py_assertN: ...; raise``: the branch pytest's rewrite
@@ -781,22 +1052,37 @@ class _Equality:
             and type(node.body[-1]) is ast.Raise
         )
 
-    def compare(self, node):
+    def compare(self, node, temps=None):
         ast = self.ast
         kinds = [type(op).__name__ for op in node.ops]
         if not any(k in self.OPS for k in kinds):
             return node
         if len(kinds) == 1:
             args = [node.left, node.comparators[0]]
-            if id(node) in self.sites:
-                number = self.sites[id(node)]
-                args.append(ast.Constant(number) if hasattr(ast, "Constant") else ast.Num(number))
-                ast.copy_location(args[-1], node)
+            k = self.side(args, temps) if self.literal else -1
+            number = self.sites.get(id(node))
+            if k >= 0 or number is not None:  # which operand the test wrote as a literal; the site
+                extra = [k] if number is None else [k, number]
+                args += [
+                    ast.copy_location(ast.Constant(v) if hasattr(ast, "Constant") else ast.Num(v), node)
+                    for v in extra
+                ]
             return self.call(self.OPS[kinds[0]], args, node)
         if "Is" in kinds or "IsNot" in kinds:  # identity of a wrapped operand is not the operand's
             return node
         wrapped = [self.call("@swerl_chain", [e], e) for e in [node.left, *node.comparators]]
         return ast.copy_location(ast.Compare(wrapped[0], node.ops, wrapped[1:]), node)
+
+    def side(self, args, temps):
+        """Which of ``args`` (0 or 1) the test wrote as a literal (-1: neither)."""
+        literal = self.literal
+        for k in (1, 0):
+            arg = args[k]
+            if literal.get(id(arg)) is arg:
+                return k
+            if temps and type(arg) is self.ast.Name and arg.id in temps:
+                return k
+        return -1
 
     def call(self, name, args, where):
         ast = self.ast
@@ -809,13 +1095,32 @@ def _is_text(node):
     return kind == "Str" or (kind == "Constant" and isinstance(node.value, str))
 
 
+UNITTEST_ASSERTS = (
+    ("assertEqual", "=="),
+    ("assertNotEqual", "!="),
+    ("assertIn", "in"),
+    ("assertListEqual", "=="),
+    ("assertTupleEqual", "=="),
+    ("assertDictEqual", "=="),
+    ("assertSetEqual", "=="),
+    ("assertSequenceEqual", "=="),
+    ("assertMultiLineEqual", "=="),
+    ("assertCountEqual", "count"),
+)
+"""``TestCase`` methods that compare in unittest's code (not rewritten), and how: a passing one
+is shown to the checker as that comparison (``count``: each element of the first found in the
+second, in any order)."""
+
+
 def _watch_unittest(reporter):
-    """A ``TestCase``'s ``assertEqual`` / ``assertNotEqual`` / ``assertIn`` that passed show the
-    runner what they compared, as a comparison in test code does (installed before the snapshot)."""
+    """A ``TestCase``'s comparing asserts (:data:`UNITTEST_ASSERTS`) that passed show the runner
+    what they compared, as a comparison in test code does (installed before the snapshot):
+    ``assertEqual`` of two lists runs ``assertListEqual``, whose ``seq1 == seq2`` is unittest's."""
     import unittest
 
-    for name, op in (("assertEqual", "=="), ("assertNotEqual", "!="), ("assertIn", "in")):
-        _watch_assert(unittest.TestCase, name, op, reporter)
+    for name, op in UNITTEST_ASSERTS:
+        if hasattr(unittest.TestCase, name):
+            _watch_assert(unittest.TestCase, name, op, reporter)
 
 
 def _watch_assert(case, name, op, reporter):
@@ -823,7 +1128,15 @@ def _watch_assert(case, name, op, reporter):
 
     def checked(self, first, second, *args, **kwargs):
         original(self, first, second, *args, **kwargs)
-        reporter.compared((op,), (first, second))
+        if op != "count":
+            reporter.compared((op,), (first, second))
+            return
+        try:
+            items, among = list(itertools.islice(first, COMPARED_BUDGET)), list(second)
+        except Exception:
+            return
+        for item in items:
+            reporter.compared(("in",), (item, among))
 
     checked.__name__, checked.__doc__ = name, original.__doc__
     setattr(case, name, checked)
@@ -855,7 +1168,9 @@ class Reporter:
         self.channel, self.seen, self.changed, self.root = channel, seen, changed, root
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
-        self.eq_code = {}  # (type, method name) -> (method, why) if the change made it, else None
+        self.eq_code = {}  # (type, method name) -> why its equality is the change's ("" if not)
+        self.consts = {}  # id -> (a test module's literal constant, a copy of its data, its name, module)
+        self.kinds = {}  # type -> how a value of it compared with a literal is read (_kind)
         self.defs = {}  # test file -> its defs' first lines, for _misplaced
         self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
         self.rewritten_real = set()
@@ -1126,29 +1441,59 @@ class Reporter:
         self.test_globals[id(fn.__globals__)] = fn.__globals__
         return self.rerouted(fn.__globals__)
 
-    def compared(self, ops, operands):
+    def compared(self, ops, operands, lit=-1):
         """A comparison in test code said "equal" (``==`` true, ``!=`` false, ``in`` true) of
-        ``operands``: an operand whose ``__eq__`` / ``__ne__`` is the change's code (or
-        generated, or written during the run) must not say it equals a value it has never seen (a fresh object, or a fresh value of the other side's type): an object
-        equal to everything passes every test and fixes nothing. Elements of builtin containers
-        are looked at too (a list's ``==`` and ``in`` ask its elements), up to
-        :data:`COMPARED_BUDGET` values per comparison."""
+        ``operands`` (``lit``: which of them the test wrote as a literal, -1 if neither):
+
+        - an operand whose equality is the change's (its class defined by the change's code,
+          whatever its ``__eq__`` / ``__ne__`` holds: see :meth:`_eq_why`) must not say it
+          equals a value it has never seen (a fresh object, or a fresh value of the other
+          side's type): an object equal to everything passes every test and fixes nothing;
+          and if it is a ``str`` / ``int`` / ``list`` / ... subclass, the builtin type's own
+          equality of its data must agree (a case-insensitive ``str`` equal to a string of
+          other case is not; see :func:`_base_eq`);
+        - a value compared with a literal must hold that literal's data (:meth:`_holds`): a
+          builtin-typed value, or a number type, an array or a class of the repository's that
+          is not the change's; not ``mock.ANY``, ``pytest.approx``, a ``UserString`` or a weak
+          proxy the code under test returned;
+        - a module constant of a test file bound to a literal display must still hold the data
+          its statement bound (nothing changed it in place: see ``bound``).
+
+        Elements of builtin containers are looked at too (a list's ``==`` and ``in`` ask its
+        elements), up to :data:`COMPARED_BUDGET` values per comparison."""
+        why = self._const_changed(operands) if self.consts else ""
+        if not why and all(map(_flat, operands)):  # builtin scalars in builtin containers: nothing to ask
+            return
         for i, op in enumerate(ops):
+            if why:
+                break
             a, b = operands[i], operands[i + 1]
             if op == "in":  # a in b: a's ==, and b's elements' == (a container's own __contains__
                 # is not asked: a complement set honestly holds whatever it does not exclude)
                 why = self._anything_equal(a, None, "==")
                 if not why and type(b) in (list, tuple, set, frozenset, dict):
                     why = self._anything_equal(list(itertools.islice(b, COMPARED_BUDGET)), None, "==")
+                why = why or self._in_why(a, b, lit)
             elif op in ("==", "!="):
                 why = self._anything_equal(a, b, op) or self._anything_equal(b, a, op)
-            else:
-                continue
-            if why:
-                self.raised.add(self.current)
-                where = "test " + str(self.current) if self.current else "code outside a test"
-                self.tampered.append(where + " compared " + why)
-                return
+                if not why and lit in (0, 1):
+                    why = self._holds(operands[1 - lit], operands[lit])
+        if why:
+            self.raised.add(self.current)
+            where = "test " + str(self.current) if self.current else "code outside a test"
+            self.tampered.append(where + " compared " + why)
+
+    def _const_changed(self, operands):
+        """Why an operand is a test module's literal constant whose data was changed in place
+        since its statement bound it ("" if none)."""
+        for x in operands:
+            hit = self.consts.get(id(x))
+            if hit is not None and hit[0] is x and not _same_data(x, hit[1]):
+                return (
+                    hit[2] + " of test module " + str(hit[3]) + " after its data was changed in place"
+                    " (it no longer holds the literal its statement bound)"
+                )
+        return ""
 
     def _anything_equal(self, value, other, op):
         """Only the method the comparison ran is asked (``!=`` on the operands themselves,
@@ -1165,12 +1510,12 @@ class Reporter:
             why = self._equal_to_anything(x, o, op)
             if why:
                 return why
-            if kind in (list, tuple) and type(o) in (list, tuple):
+            if isinstance(x, (list, tuple)) and isinstance(o, (list, tuple)):
                 todo.extend((a, b, "==") for a, b in zip(x[:budget], o[:budget]))  # noqa: B905 (3.6 syntax)
-            elif kind is dict and type(o) is dict:
-                todo.extend((v, o.get(k), "==") for k, v in list(x.items())[:budget])
-            elif kind in (list, tuple, set, frozenset, dict):
-                todo.extend((v, None, "==") for v in list(x.values() if kind is dict else x)[:budget])
+            elif isinstance(x, dict) and isinstance(o, dict):
+                todo.extend((v, dict.get(o, k), "==") for k, v in list(dict.items(x))[:budget])
+            elif isinstance(x, (list, tuple, set, frozenset, dict)):
+                todo.extend((v, None, "==") for v in list(x.values() if isinstance(x, dict) else x)[:budget])
         return ""
 
     CLAIMS = {"==": ("__eq__", True), "!=": ("__ne__", False)}
@@ -1178,25 +1523,188 @@ class Reporter:
     def _equal_to_anything(self, x, other, op):
         cls = type(x)
         name, claims = self.CLAIMS[op]
-        if (cls, name) not in self.eq_code:  # once per type and method: is it the change's code
-            fn = getattr(cls, name, None)
-            fn = getattr(fn, "__func__", fn)
-            where = self._file_why(code_file(fn)) if getattr(fn, "__code__", None) is not None else ""
-            self.eq_code[(cls, name)] = (fn, where) if where else None
-        found = self.eq_code[(cls, name)]
-        if found is None:
+        if (cls, name) not in self.eq_code:  # once per type and method: is it the change's
+            self.eq_code[(cls, name)] = self._eq_why(cls, name)
+        where = self.eq_code[(cls, name)]
+        if not where:
             return ""
-        fn, where = found
         for probe in (object(), _probe(other)):
             # no fresh value of that type: nothing to ask (False would read as __ne__'s "equal")
             if probe is None:
                 continue
             try:
-                said = fn(x, probe)
+                said = _slot(x, name, probe)
             except Exception:
                 continue
-            if _truth(said) is claims and not (name == "__ne__" and _declines(cls, x, probe)):
+            if _truth(said) is claims and not (name == "__ne__" and _declines(x, probe)):
                 return "a " + cls.__name__ + " whose " + name + " says it equals anything (" + where + ")"
+        base = _base(cls)
+        if base is not None and other is not None and not _base_eq(x, other):
+            return (
+                "a " + cls.__name__ + " whose " + name + " says equal where its " + base.__name__
+                + " data is not (" + where + ")"
+            )  # fmt: skip
+        return ""
+
+    def _eq_why(self, cls, name):
+        """Why ``cls``'s ``name`` (``__eq__`` / ``__ne__``) is the change's ("" if not): the class
+        that provides it is defined by the change's code (its module's file, or any function
+        of it, is a changed, run-written or change-compiled file), whatever object the
+        attribute holds (a function, a builtin, a ``functools.partial``, a slot wrapper); or
+        the attribute is code of the change's; or it is not a Python function and its class is
+        not where its module holds it."""
+        provider = next((k for k in cls.__mro__ if name in vars(k)), None)
+        if provider is None or provider.__module__ == "builtins":
+            return ""
+        fn = _unwrap(vars(provider)[name])
+        fn = getattr(fn, "func", fn) if type(fn).__name__ == "partial" else fn
+        fn = getattr(fn, "__func__", fn)
+        python = isinstance(getattr(fn, "__code__", None), types.CodeType)
+        if python and not _frozen_std(fn):
+            why = self._file_why(code_file(fn))
+            if why:
+                return why
+        why = self._class_why(provider)
+        if why:
+            return why
+        mod = sys.modules.get(str(provider.__module__))
+        if not python and _namespace(mod).get(provider.__name__) is not provider:
+            return "class " + provider.__qualname__ + ", which no module holds, with a " + type(fn).__name__
+        return ""
+
+    def _class_why(self, klass):
+        """Why ``klass`` is defined by the change's code ("" if not): its module's file, or the
+        file of any function it defines, is a changed, run-written or change-compiled file."""
+        mod = sys.modules.get(str(klass.__module__))
+        path = _namespace(mod).get("__file__") if mod is not None else None
+        files = [path] if isinstance(path, str) and path else []
+        for value in list(vars(klass).values()):
+            code = getattr(_unwrap(value), "__code__", None)
+            if isinstance(code, types.CodeType) and not code.co_filename.startswith("<"):
+                files.append(code.co_filename)
+        for path in files:
+            why = self._file_why(path)
+            if why and not why.startswith("code from a file that does not exist"):
+                return "class " + klass.__qualname__ + " from " + why
+        return ""
+
+    def _holds(self, value, lit):
+        """Why ``value``, which a comparison said equals ``lit`` (what the test wrote as a
+        literal), does not hold that literal's data ("" if it does): it must be of a builtin
+        type (a subclass's data equal to the literal's by the builtin's own equality), or a
+        number, an array or a class of the repository's that is not the change's; element by
+        element for containers (an element the test did not write as data: its own ``==``)."""
+        todo, budget, kinds = [(value, lit)], COMPARED_BUDGET, self.kinds
+        while todo and budget > 0:
+            x, want = todo.pop()
+            budget -= 1
+            kind, wkind = type(x), type(want)
+            if kind in PLAIN or not (wkind in PLAIN or wkind in CONTAINERS):
+                continue
+            how = kinds.get(kind)
+            if how is None:
+                how = kinds[kind] = self._kind(kind)
+            if how == "data":
+                base = _base(kind)
+                if base is not None and kind is not base and not _base_eq(x, want):
+                    return "a " + kind.__name__ + " whose " + base.__name__ + " data is not the literal's"
+                if isinstance(x, (list, tuple)) and wkind in (list, tuple):
+                    todo.extend(zip(x[:budget], want[:budget]))  # noqa: B905 (3.6 syntax)
+                elif isinstance(x, dict) and wkind is dict:
+                    todo.extend(
+                        (v, want.get(k) if type(k) in PLAIN else None)
+                        for k, v in list(dict.items(x))[:budget]
+                    )
+                elif not isinstance(x, (str, bytes, bytearray, int, float, complex)):
+                    todo.extend((e, _match(e, want)) for e in list(itertools.islice(x, budget)))
+            elif how == "wrapper":  # a collections.UserString / UserList / UserDict: its .data
+                data = vars(x).get("data", _MISSING) if hasattr(x, "__dict__") else _MISSING
+                if data is _MISSING:
+                    return "a " + kind.__name__ + " without its own .data where the test wrote a literal"
+                todo.append((data, want))
+            elif how == "array":  # numbers hold data; an array of objects: look inside
+                dtype = getattr(x, "dtype", None)
+                if getattr(dtype, "kind", "O") == "O" and callable(getattr(x, "tolist", None)):
+                    todo.append((x.tolist(), want))
+            elif how not in ("number", "repository"):
+                return "a " + kind.__name__ + how
+        return ""
+
+    def _kind(self, kind):
+        """How :meth:`_holds` reads a value of type ``kind`` compared with a literal: "data" (a
+        builtin type or subclass), "number" / "array" / "repository" (not the change's), or
+        why it cannot hold a literal's data."""
+        if _base(kind) is not None or kind in CONTAINERS:
+            return "data"
+        if self._eq_why(kind, "__eq__") or self._eq_why(kind, "__ne__"):
+            return " where the test wrote a literal (its equality is the change's)"
+        if _wrapper(kind):
+            return "wrapper"
+        import numbers
+
+        if issubclass(kind, numbers.Number):
+            return "number"
+        if getattr(kind, "__array__", None) is not None:
+            return "array"
+        if any(self._class_why(k) for k in kind.__mro__ if k.__module__ != "builtins"):
+            return (  # its equality is an installed class's (its own was asked above): not data
+                " (a class of the change's whose equality is " + str(_provider(kind, "__eq__").__module__)
+                + "'s) where the test wrote a literal: a value compared with a literal must hold that literal's data"
+            )  # fmt: skip
+        mod = sys.modules.get(str(getattr(kind, "__module__", "")))
+        path = _namespace(mod).get("__file__") if mod is not None else None
+        if isinstance(path, str) and _inside(os.path.realpath(path), os.path.realpath(self.root)):
+            return "repository"  # the repository's own class (not the change's): the tests are written against it
+        return (
+            " (" + str(getattr(kind, "__module__", "?")) + ") where the test wrote a literal: a value"
+            " compared with a literal must hold that literal's data"
+        )
+
+    def _in_why(self, a, b, lit):
+        """``a in b`` said found: with a literal container, ``a`` must hold the data of one of
+        its elements; with a literal needle and a builtin container, one of the container's
+        elements must hold the needle's data (a text's own ``in`` must find it in its text);
+        a needle whose equality is the change's, in a builtin container, must equal one of its
+        elements by its builtin data."""
+        if lit == 1 or (lit == 0 and isinstance(b, (list, tuple, set, frozenset, dict))):
+            needle, items = (a, b) if lit == 1 else (None, b)
+            for e in list(itertools.islice(b, COMPARED_BUDGET)):
+                try:
+                    if (a == e) is True and not (self._holds(a, e) if lit == 1 else self._holds(e, a)):
+                        return ""
+                except Exception:
+                    continue
+            what = needle if needle is not None else next(iter(items), None)
+            return (
+                "a "
+                + type(what).__name__
+                + " found "
+                + ("in a literal" if lit == 1 else "holding a literal")
+                + " whose data none of the elements hold"
+            )
+        if lit == 0 and isinstance(b, (str, bytes, bytearray)):
+            if not _base(type(b)).__contains__(b, a):
+                return (
+                    "a "
+                    + type(b).__name__
+                    + " said to contain a literal its "
+                    + _base(type(b)).__name__
+                    + " data does not"
+                )
+            return ""
+        kind = _base(type(a))
+        if kind is not None and type(a) is not kind and isinstance(b, (list, tuple, set, frozenset, dict)):
+            where = self._eq_why(type(a), "__eq__")
+            if where and not any(_base_eq(a, e) for e in itertools.islice(b, COMPARED_BUDGET)):
+                return (
+                    "a "
+                    + type(a).__name__
+                    + " found in a container none of whose elements holds its "
+                    + kind.__name__
+                    + " data ("
+                    + where
+                    + ")"
+                )
         return ""
 
     def pytest_configure(self, config):
