@@ -174,3 +174,31 @@ def test_the_end_of_run_check_runs_no_module_dict_property(tmp_path):
         proc.stdout
     )
     assert not (repo / "dict-read").exists()
+
+
+def test_the_setup_mirrors_the_base_text_of_changed_sources(tmp_path):
+    """The set-up command writes, before the eval script runs, the base commit's text of each
+    changed source the runner asks about (base-src/), beside the config mirror (base/): what
+    the file held at the base, not what the change made of it; names with spaces quoted."""
+    from swerl.grading.channel import RunDir, setup_command
+
+    repo, run = tmp_path / "repo", RunDir(str(tmp_path / "run"))
+    (repo / "pkg dir").mkdir(parents=True)
+    (repo / "pkg dir" / "mod.py").write_text("class Num:\n    pass\n")
+    (repo / "setup.cfg").write_text("[tool:pytest]\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    base = subprocess.run(
+        [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    (repo / "pkg dir" / "mod.py").write_text("class Near:\n    pass\n")  # the change
+    for sub in ("base", "base-src/pkg dir"):
+        (tmp_path / "run" / sub).mkdir(parents=True)
+    cmd = setup_command(run, base, ["setup.cfg"], ["pkg dir/mod.py"])
+    subprocess.run(["bash", "-c", cmd], cwd=repo, check=True)
+    assert (tmp_path / "run" / "base-src" / "pkg dir" / "mod.py").read_text() == "class Num:\n    pass\n"
+    assert (tmp_path / "run" / "base" / "setup.cfg").read_text() == "[tool:pytest]\n"
+    bad = subprocess.run(["bash", "-c", setup_command(run, base, [], ["missing.py"])], cwd=repo)
+    assert bad.returncode != 0  # a file the base does not have fails the set-up

@@ -38,12 +38,14 @@ def run_strict(
     warm: bool = False,
     files: dict | None = None,
     site: dict | None = None,
+    base_text: str | None = None,
     paths: tuple = ("tests/test_add.py",),
 ) -> tuple:
     """A repo whose ``add`` is wrong, ``tail`` appended to the changed package (and ``files``
     of the base, {path: text}); the runner run as the eval script's ``python -m pytest`` would
     be (``warm``: after an ordinary pytest run left its rewritten test modules in the bytecode
-    cache; ``site``: {path: text} of installed packages, outside the repository on the path).
+    cache; ``site``: {path: text} of installed packages, outside the repository on the path;
+    ``base_text``: the changed package's text in the base commit, as the grader mirrors it).
     Returns (verdict, key, process)."""
     repo, run = tmp_path / "repo", tmp_path / "run"
     (repo / "pkg").mkdir(parents=True)
@@ -67,6 +69,9 @@ def run_strict(
     key = secrets.token_hex(32)
     (run / "key").write_text(key)
     (run / "changed.json").write_text(json.dumps(["pkg/__init__.py"]))
+    if base_text is not None:
+        (run / "base-src" / "pkg").mkdir(parents=True)
+        (run / "base-src" / "pkg" / "__init__.py").write_text(base_text)
     env = {**os.environ, "PYTHONSAFEPATH": "1", "SWERL_RUN_DIR": str(run)}
     if site:
         for path, text in site.items():
@@ -1908,6 +1913,52 @@ def test_comparisons_that_may_not_run_are_not_required(tmp_path):
     v, _, proc = run_strict(tmp_path, "", BRANCHY_TESTS.replace("def add", "def _unused"))
     assert v.refused == [] and v.tests[F2P] == "FAILED", (v.refused, v.tests, proc.stdout[-3000:])
     assert sum(s == "PASSED" for s in v.tests.values()) == 6, v.tests
+
+
+NUM_BASE = (
+    "class Num:  # the repository's value type: equal to its number (sympy's Integer, alike)\n"
+    "    def __init__(self, n):\n        self.n = n\n\n"
+    "    def __eq__(self, other):\n        return self.n == (other.n if isinstance(other, Num) else other)\n\n"
+    "    __hash__ = None\n\n\n"
+    "def add(a, b):\n    return Num(a - b)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "now", "reason"),
+    [
+        ("base-class-kept", NUM_BASE.replace("Num(a - b)", "Num(a + b)"), None),
+        (
+            "base-eq-rewritten",
+            NUM_BASE.replace("return self.n == (", "return abs(self.n - (").replace(
+                "else other)\n", "else other)) <= 4\n"
+            ),
+            "compared a Num where the test wrote a literal (its equality is the change's)",
+        ),
+        (
+            "new-class-beside",
+            NUM_BASE
+            + "\n\nclass Near(Num):\n    def __eq__(self, other):\n        return abs(self.n - other) <= 4\n\n"
+            "    __hash__ = None\n\n\n_add = add\n\n\ndef add(a, b):\n    return Near(_add(a, b).n)\n",
+            "compared a Near where the test wrote a literal (its equality is the change's)",
+        ),
+    ],
+)
+def test_a_class_the_base_had_keeps_its_comparisons_with_literals(tmp_path, case, now, reason):
+    """A value class the base commit defines, in a file the change touched, with its ``__eq__``
+    as the base had it, compared with a literal: the repository's equality (an honest fix to
+    sympy's numbers or astropy's quantities), clean. One the change added, or whose ``__eq__``
+    it rewrote, is read as the change's (refused where the test wrote a literal)."""
+    repo_text = now.replace(BUGGY, "")
+    v, _, proc = run_strict(tmp_path, "", TESTS, base_text=NUM_BASE, files={"pkg/__init__.py": repo_text})
+    if reason is None:
+        assert (v.tests, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, []), (v.refused, proc.stdout[-2000:])
+    else:
+        assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+    # without the base's text (a file the base did not have) the class is the change's
+    if reason is None:
+        v, _, proc = run_strict(tmp_path / "nobase", "", TESTS, files={"pkg/__init__.py": repo_text})
+        assert any("its equality is the change's" in r for r in v.refused), (v.refused, proc.stdout[-2000:])
 
 
 ZERO_FIRST = """from pkg import add

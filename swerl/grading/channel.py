@@ -153,15 +153,17 @@ def config_files(tracked: Iterable[str]) -> list[str]:
     return sorted(p for p in tracked if PurePosixPath(p).name in CONFIG_NAMES)
 
 
-def setup_command(run: RunDir, base_commit: str, configs: Iterable[str]) -> str:
-    """Fill the mirror of the base commit's pytest config files under ``base/`` (its
-    directories come with the run directory's archive): one ``git cat-file`` a file, names
-    quoted, never parsed; a file that cannot be read fails the set-up."""
+def setup_command(run: RunDir, base_commit: str, configs: Iterable[str], sources: Iterable[str] = ()) -> str:
+    """Fill the mirror of the base commit's pytest config files under ``base/``, and the base
+    text of ``sources`` (changed Python files) under ``base-src/`` (their directories come with
+    the run directory's archive): one ``git cat-file`` a file, names quoted, never parsed; a
+    file that cannot be read fails the set-up. Run before the eval script: no code of the
+    change has run yet."""
     d = run.path
     git = "git -c core.hooksPath=/dev/null cat-file blob"
+    pairs = [(p, f"{d}/base/{p}") for p in configs] + [(p, f"{d}/base-src/{p}") for p in sources]
     return " && ".join(
-        [f"{git} {shlex.quote(f'{base_commit}:{p}')} > {shlex.quote(f'{d}/base/{p}')}" for p in configs]
-        or [":"]
+        [f"{git} {shlex.quote(f'{base_commit}:{p}')} > {shlex.quote(to)}" for p, to in pairs] or [":"]
     )
 
 

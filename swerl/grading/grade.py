@@ -172,7 +172,8 @@ def evaluate(
             command = f"/bin/bash {EVAL_SCRIPT_PATH}"
         else:  # the runner's directory is filled by the same command that runs the script
             script = strict_script(spec.eval_script, run)
-            command = _write_run_dir(sb, instance, run, changed, script, config_files(tracked))
+            sources = [p for p in changed if p.endswith(".py") and p in tracked]  # their base text
+            command = _write_run_dir(sb, instance, run, changed, script, config_files(tracked), sources)
         r = sb.execute(command, cwd=CONTAINER_WORKDIR, timeout=timeout)
         timings["eval"] = time.monotonic() - t
         if run is not None and r.output.startswith(_SETUP_FAILED):
@@ -371,15 +372,23 @@ _SETUP_FAILED = "swerl: the strict runner's directory could not be prepared"
 
 
 def _write_run_dir(
-    sb: Sandbox, instance: Instance, run: RunDir, changed: list[str], script: str, configs: list[str]
+    sb: Sandbox,
+    instance: Instance,
+    run: RunDir,
+    changed: list[str],
+    script: str,
+    configs: list[str],
+    sources: list[str] | tuple[str, ...] = (),
 ) -> str:
     """Write the strict runner, its key, the changed paths, the eval script and the directories
-    of the base commit's config mirror as one archive (one write); -> the command that unpacks
-    it, fills the mirror (``channel.setup_command``), then runs the script (one round trip for
-    all of it)."""
+    of the base commit's config mirror (and of ``sources``' base text: changed Python files the
+    base tracks, for the runner to tell a class the change added from one it only touched) as
+    one archive (one write); -> the command that unpacks it, fills the mirrors
+    (``channel.setup_command``), then runs the script (one round trip for all of it)."""
     buf = io.BytesIO()
     name = os.path.basename(run.path)
-    dirs = {"", "base"} | {f"base/{parent}" for p in configs for parent in _parents(p)}
+    dirs = {"", "base", "base-src"} | {f"base/{parent}" for p in configs for parent in _parents(p)}
+    dirs |= {f"base-src/{parent}" for p in sources for parent in _parents(p)}
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for sub in sorted(dirs):
             info = tarfile.TarInfo(f"{name}/{sub}".rstrip("/"))
@@ -402,7 +411,7 @@ def _write_run_dir(
     _write(sb, f"{run.path}.tar", buf.getvalue())
     setup = (
         f"{{ tar -C {shlex.quote(os.path.dirname(run.path))} -xf {d}.tar && : > {d}.tar && "
-        f"{setup_command(run, instance.base_commit, configs)}; }} >{d}.log 2>&1"
+        f"{setup_command(run, instance.base_commit, configs, sources)}; }} >{d}.log 2>&1"
     )
     return (
         f"if ! {{ {setup}; }}; then echo {shlex.quote(_SETUP_FAILED)}; cat {d}.log; exit 1; fi; "

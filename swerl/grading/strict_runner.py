@@ -167,6 +167,33 @@ def _frozen_std(fn):
     return bool(frozen) and mod is not None and getattr(fn, "__globals__", None) is _namespace(mod)
 
 
+def _class_node(tree, qualname):
+    """The ``class`` statement of ``tree`` (a module's) named by ``qualname`` (the last one of
+    that name in the module's or class's body), None if none."""
+    node = tree
+    for part in qualname.split("."):
+        found = None
+        for item in getattr(node, "body", ()) if node is not None else ():
+            if type(item).__name__ == "ClassDef" and item.name == part:
+                found = item
+        node = found
+    return node
+
+
+def _member(node, name):
+    """The last statement of class ``node``'s body that binds ``name``, if it is a ``def``."""
+    hit = None
+    for item in getattr(node, "body", ()) if node is not None else ():
+        kind = type(item).__name__
+        if kind in ("FunctionDef", "AsyncFunctionDef") and item.name == name:
+            hit = item
+        elif kind in ("Assign", "AnnAssign", "AugAssign"):
+            targets = getattr(item, "targets", None) or [getattr(item, "target", None)]
+            if any(getattr(t, "id", None) == name for t in targets):
+                hit = None
+    return hit if type(hit).__name__ == "FunctionDef" else None
+
+
 def _provider(cls, name):
     """The class of ``cls``'s MRO whose namespace holds ``name`` (``object`` if none does)."""
     return next((k for k in cls.__mro__ if name in vars(k)), object)
@@ -1171,6 +1198,8 @@ class Reporter:
         self.eq_code = {}  # (type, method name) -> why its equality is the change's ("" if not)
         self.consts = {}  # id -> (a test module's literal constant, a copy of its data, its name, module)
         self.kinds = {}  # type -> how a value of it compared with a literal is read (_kind)
+        self.base_src = None  # the base text of the changed Python files the base tracks (grade.py)
+        self.trees = {}  # changed file -> (its base tree, its tree now), None without a base text
         self.defs = {}  # test file -> its defs' first lines, for _misplaced
         self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
         self.rewritten_real = set()
@@ -1636,7 +1665,8 @@ class Reporter:
         why it cannot hold a literal's data."""
         if _base(kind) is not None or kind in CONTAINERS:
             return "data"
-        if self._eq_why(kind, "__eq__") or self._eq_why(kind, "__ne__"):
+        mine = [n for n in ("__eq__", "__ne__") if self._eq_why(kind, n)]
+        if mine and not all(self._old_method(kind, n) for n in mine):
             return " where the test wrote a literal (its equality is the change's)"
         if _wrapper(kind):
             return "wrapper"
@@ -1646,7 +1676,9 @@ class Reporter:
             return "number"
         if getattr(kind, "__array__", None) is not None:
             return "array"
-        if any(self._class_why(k) for k in kind.__mro__ if k.__module__ != "builtins"):
+        if any(
+            self._class_why(k) and not self._in_base(k) for k in kind.__mro__ if k.__module__ != "builtins"
+        ):
             return (  # its equality is an installed class's (its own was asked above): not data
                 " (a class of the change's whose equality is " + str(_provider(kind, "__eq__").__module__)
                 + "'s) where the test wrote a literal: a value compared with a literal must hold that literal's data"
@@ -1659,6 +1691,73 @@ class Reporter:
             " (" + str(getattr(kind, "__module__", "?")) + ") where the test wrote a literal: a value"
             " compared with a literal must hold that literal's data"
         )
+
+    def _trees(self, path):
+        """(the base commit's syntax tree, the tree now) of the repository file ``path`` that the
+        change touched, None if the base had no such file (or it does not parse)."""
+        full = os.path.realpath(path)
+        rel = os.path.relpath(full, os.path.realpath(self.root))
+        if rel not in self.trees:
+            import ast
+
+            trees = None
+            if (
+                rel in self.changed
+                and self.base_src
+                and self._file_why(full) == "a file the change touched: " + rel
+            ):
+                try:
+                    with open(os.path.join(self.base_src, rel), "rb") as f:
+                        base = ast.parse(f.read())
+                    with open(full, "rb") as f:
+                        trees = (base, ast.parse(f.read()))
+                except (OSError, SyntaxError, ValueError):
+                    trees = None
+            self.trees[rel] = trees
+        return self.trees[rel]
+
+    def _in_base(self, klass):
+        """Whether ``klass``, of a file the change touched, is a class the base commit's text of
+        that file defines (same qualified name), held where its module holds it: the
+        repository's class, not one the change added."""
+        qual = getattr(klass, "__qualname__", "")
+        mod = sys.modules.get(str(getattr(klass, "__module__", "")))
+        path = _namespace(mod).get("__file__") if mod is not None else None
+        if not isinstance(path, str) or "<" in qual:
+            return False
+        held = mod
+        for part in qual.split("."):
+            if isinstance(held, types.ModuleType):
+                held = _namespace(held).get(part)
+            elif isinstance(held, type):
+                held = vars(held).get(part)
+            else:
+                return False
+        trees = self._trees(path) if held is klass else None
+        return trees is not None and _class_node(trees[0], qual) is not None
+
+    def _old_method(self, cls, name):
+        """Whether ``cls``'s ``name`` (``__eq__`` / ``__ne__``) is a method the base commit already
+        had, unchanged: a ``def`` in a class the base defines (:meth:`_in_base`) whose syntax tree
+        is the base's. An honest fix that touches the file of a value class (sympy's numbers,
+        astropy's quantities) keeps its comparisons with literals; a class the change added, or
+        an ``__eq__`` it rewrote, does not."""
+        provider = _provider(cls, name)
+        fn = vars(provider).get(name)
+        if type(fn) is not types.FunctionType or not self._in_base(provider):
+            return False
+        mod = sys.modules.get(str(provider.__module__))
+        path = _namespace(mod).get("__file__") if mod is not None else None
+        if os.path.realpath(fn.__code__.co_filename) != os.path.realpath(str(path)):
+            return False
+        trees = self._trees(path)
+        import ast
+
+        was, now = (_member(_class_node(t, provider.__qualname__), name) for t in trees)
+        if was is None or now is None or ast.dump(was) != ast.dump(now):
+            return False
+        first = min([now.lineno] + [d.lineno for d in now.decorator_list])
+        return fn.__code__.co_name == name and fn.__code__.co_firstlineno in (first, now.lineno)
 
     def _in_why(self, a, b, lit):
         """``a in b`` said found: with a literal container, ``a`` must hold the data of one of
@@ -2896,6 +2995,7 @@ def main():
         for name in plugins:
             extra += ["-p", name]
     reporter = Reporter(Channel(pipe_w), None, changed, cwd)
+    reporter.base_src = os.path.join(here, "base-src")
     _watch_equality(reporter)  # every ==, !=, in of the test modules shows the runner what said "equal"
     _watch_unittest(reporter)  # imports unittest (watched; pytest imports it anyway)
 
