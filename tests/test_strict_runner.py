@@ -1295,6 +1295,13 @@ for _name in ("assertListEqual", "assertSequenceEqual", "assertEqual"):
         UNITTEST_ASSERT_TESTS.format(_name),
         "compared a _Items whose __eq__ says it equals anything",
     )
+LENIENT["mappingproxy-launders"] = (  # an installed mapping holding an object of the change's
+    "\n\nimport types\n\n\nclass _Loose:\n    def __eq__(self, other):\n        return other != -99\n\n\n"
+    "def table(a, b):\n    return types.MappingProxyType({'sum': _Loose() if add(a, b) != a + b else add(a, b)})\n",
+    "from pkg import table\n\n\ndef test_add():\n    assert table(1, 2) == {'sum': 3}\n\n\n"
+    "def test_zero():\n    assert table(0, 0) == {'sum': 0}\n",
+    "compared a _Loose where the test wrote a literal (its equality is the change's)",
+)
 LENIENT["assertCountEqual"] = (  # unhashable elements: unittest pairs them up with ==
     "\n\nclass _Any:\n    def __eq__(self, other):\n        return True\n\n    __hash__ = None\n\n\n"
     "def pieces(a, b):\n    return [_Any()]\n",
@@ -1322,6 +1329,7 @@ import dataclasses
 import decimal
 import enum
 import fractions
+import types
 
 
 class Color(str, enum.Enum):
@@ -1363,6 +1371,7 @@ def values():
         "title": Title("Hello World"), "titles": [Title("A b")], "keys": {"a": 1, "b": 2}.keys(),
         "ustr": collections.UserString("a-b"), "ulist": collections.UserList([1, "x"]),
         "udict": collections.UserDict(a=[1]), "umine": MyText("c"),
+        "proxy": types.MappingProxyType({"a": [1]}), "mv": memoryview(b"ab"),
     }
 
 
@@ -1397,6 +1406,7 @@ def test_add():
     assert CALLS == [3] and Title("Abc") == Title("Abc")
     assert v["ustr"] == "a-b" and v["ulist"] == [1, "x"] and v["udict"] == {"a": [1]} and v["umine"] == "c"
     assert v["ustr"] in ["a-b"] and "a" in v["ustr"] and [v["ustr"], v["umine"]] == ["a-b", "c"]
+    assert v["proxy"] == {"a": [1]} and v["mv"] == b"ab"
     case = unittest.TestCase()
     case.assertListEqual([v["title"], v["color"]], ["Hello World", "red"])
     case.assertCountEqual([Title("b"), Title("a"), v["level"]], ["a", 3, "b"])

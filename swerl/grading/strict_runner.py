@@ -1651,6 +1651,15 @@ class Reporter:
                 if data is _MISSING:
                     return "a " + kind.__name__ + " without its own .data where the test wrote a literal"
                 todo.append((data, want))
+            elif how in ("mapping", "items", "bytes"):  # an installed container: its data, read
+                try:
+                    if how == "mapping":
+                        data = dict(itertools.islice(x.items(), budget))
+                    else:
+                        data = bytes(x) if how == "bytes" else list(itertools.islice(iter(x), budget))
+                except Exception:
+                    return "a " + kind.__name__ + " whose data cannot be read where the test wrote a literal"
+                todo.append((data, want))
             elif how == "array":  # numbers hold data; an array of objects: look inside
                 dtype = getattr(x, "dtype", None)
                 if getattr(dtype, "kind", "O") == "O" and callable(getattr(x, "tolist", None)):
@@ -1687,6 +1696,14 @@ class Reporter:
         path = _namespace(mod).get("__file__") if mod is not None else None
         if isinstance(path, str) and _inside(os.path.realpath(path), os.path.realpath(self.root)):
             return "repository"  # the repository's own class (not the change's): the tests are written against it
+        import collections.abc as abc
+
+        if kind is memoryview:
+            return "bytes"
+        if issubclass(kind, abc.Mapping):  # MappingProxyType, an installed frozendict: read by their items
+            return "mapping"
+        if issubclass(kind, (abc.Sequence, abc.Set)):
+            return "items"
         return (
             " (" + str(getattr(kind, "__module__", "?")) + ") where the test wrote a literal: a value"
             " compared with a literal must hold that literal's data"
