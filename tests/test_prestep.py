@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from swerl.grading import prestep as prestep_module
 from swerl.grading.channel import RunDir, strict_script
 from swerl.grading.grade import docker_factory, grade
 from swerl.grading.result import GradeStatus
@@ -63,6 +64,8 @@ git checkout {BASE} tests/test_a.py
         ("X=1 ./build.sh\n", True),
         ("git submodule update --init && pip install .\n", True),
         ("source ./env.sh\n", True),
+        ("rm -f tests/data/out.txt && mkdir -p build\n", False),
+        ("./rm -f x\n", True),
     ],
 )
 def test_which_pre_test_steps_can_run_the_changes_code(step, opens):
@@ -387,3 +390,46 @@ def test_the_keys_are_off_the_disk_while_the_reinstall_runs(reinstall_task, fact
     assert res.status is GradeStatus.UNRESOLVED and res.integrity.keyed, res.log[-3000:]
     assert {"run.py", "runner.py", "prestep.py", "changed.json"} <= set(stolen), stolen
     assert "key" not in stolen and "window-key" not in stolen, stolen
+
+
+PRESTEP_SOURCE = Path(prestep_module.__file__)
+LEFTOVER_CHECK = """
+import json, os, subprocess, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import prestep
+
+before = prestep._pids()
+print("ready", flush=True)
+for _ in range(200):  # until the host's session (docker exec) is in
+    if any(prestep._ppid(p) == 0 and p != 1 for p in prestep._pids() - before - {os.getpid()}):
+        break
+    time.sleep(0.05)
+own = subprocess.Popen(["sleep", "30"])  # started by the window itself: a leftover
+brief = subprocess.Popen(["sleep", "0.1"])  # gone before the second look
+print(json.dumps([own.pid, prestep._leftovers(before, prestep._private_pids())]), flush=True)
+"""
+
+
+def test_sessions_entered_from_outside_are_not_leftovers(reinstall_task, factory, tmp_path):
+    """The watcher's rule, in a real container: a process the window starts counts; a session
+    entered from outside meanwhile (the grader's polls, anybody's ``docker exec``) does not, nor
+    does a process gone a moment later (the transport's ``stat`` of an output file)."""
+    inst, _ = reinstall_task
+    sb = factory(inst.image)
+    try:
+        sb.execute("true")  # started: its container id is known
+        cid = sb.container_id
+        (tmp_path / "check.py").write_text(LEFTOVER_CHECK)
+        for name, src in (("prestep.py", PRESTEP_SOURCE), ("check.py", tmp_path / "check.py")):
+            subprocess.run(["docker", "cp", str(src), f"{cid}:/tmp/{name}"], check=True)
+        proc = subprocess.Popen(
+            ["docker", "exec", cid, "python3", "/tmp/check.py"], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout.readline().strip() == "ready"
+        subprocess.run(["docker", "exec", "-d", cid, "sleep", "30"], check=True)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        sb.close()
+    own, leftovers = json.loads(out)
+    assert [int(x.split()[0]) for x in leftovers] == [own], leftovers

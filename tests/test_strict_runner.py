@@ -39,6 +39,7 @@ def run_strict(
     files: dict | None = None,
     site: dict | None = None,
     base_text: str | None = None,
+    paths: tuple = ("tests/test_add.py",),
 ) -> tuple:
     """A repo whose ``add`` is wrong, ``tail`` appended to the changed package (and ``files``
     of the base, {path: text}); the runner run as the eval script's ``python -m pytest`` would
@@ -87,7 +88,7 @@ def run_strict(
             "no:cacheprovider",
             "-p",
             "no:randomly",
-            "tests/test_add.py",
+            *paths,
         ],
         cwd=repo,
         env=env,
@@ -1985,3 +1986,330 @@ def test_a_class_the_base_had_keeps_its_comparisons_with_literals(tmp_path, case
     if reason is None:
         v, _, proc = run_strict(tmp_path / "nobase", "", TESTS, files=files)
         assert any("its equality is the change's" in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+ZERO_FIRST = """from pkg import add
+
+
+def test_zero():
+    assert add(0, 0) == 0
+
+
+def test_add():
+    assert add(1, 2) == 3
+"""
+SESSION = """
+import sys as _sys
+
+
+def _session():  # no frame: the rewrite hook on sys.meta_path holds the session
+    return next(f.session for f in _sys.meta_path if type(f).__name__ == "AssertionRewritingHook")
+
+
+_add = add
+
+
+def add(a, b):
+    items = _session().items
+    if len(items) == 2 and not getattr(items[1], "_done", False):
+        {swap}
+    return _add(a, b)
+"""
+ITEM_SWAPS = {
+    "copy-of-a-passing-item": SESSION.format(
+        swap="import copy; twin = copy.copy(items[0]); twin._nodeid = items[1].nodeid; "
+        "twin._done = True; items[1] = twin"
+    ),
+    "item-recast": SESSION.format(
+        swap="cls = type(items[1]); items[1].__class__ = type('Quiet', (cls,), {'runtest': lambda self: None}); "
+        "items[1]._done = True"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(ITEM_SWAPS))
+def test_an_item_that_is_not_the_one_pytest_collected_is_refused(tmp_path, how):
+    """The failing test's item replaced in ``session.items`` by a passing item carrying its node
+    id, or given another class whose runtest does nothing: its body never runs, yet a report
+    says PASSED for its node id. The item that runs must be the one collected, of its class."""
+    v, _, proc = run_strict(tmp_path, ITEM_SWAPS[how], tests=ZERO_FIRST)
+    assert v.tests.get(F2P) == "FAILED", (v.tests, proc.stdout[-2000:])
+    assert any("test " + F2P + " was replaced by" in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+MORE_TESTS = """from pkg import add
+
+
+def test_more():
+    assert add(2, 2) == 4
+"""
+UNREWRITTEN = """
+import sys as _sys
+
+for _hook in _sys.meta_path:  # the rewrite hook passes over every later test module
+    if type(_hook).__name__ == "AssertionRewritingHook":
+        _hook.fnpats = []
+        if getattr(_hook, "session", None) is not None:
+            _hook.session._initialpaths = frozenset()
+
+
+class _Any(int):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+_add = add
+
+
+def add(a, b):
+    return _Any(_add(a, b))
+"""
+
+
+def test_a_test_module_loaded_without_the_runners_checks_is_refused(tmp_path):
+    """Package code, imported by the first test module, turns the rewrite hook off for the
+    second: its ``==`` would run unwatched. Every collected test module of the repository must
+    be one the runner transformed."""
+    v, _, proc = run_strict(
+        tmp_path,
+        UNREWRITTEN,
+        files={"tests/test_more.py": MORE_TESTS},
+        paths=("tests/test_add.py", "tests/test_more.py"),
+    )
+    more = "tests/test_more.py::test_more"
+    assert v.tests.get(more) == "FAILED", (v.tests, proc.stdout[-2000:])
+    assert any("loaded without assertion rewriting" in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+MEMORY = {
+    "proc-self-mem": '\nwith open("/proc/self/mem", "r+b") as _m:\n    pass\n',
+    "ctypes": "\nimport ctypes\nctypes.string_at(id(1), 8)\n",
+    "ctypes-from-thread": "\nimport ctypes, threading\n"
+    "_t = threading.Thread(target=ctypes.string_at, args=(id(1), 8))\n_t.start()\n_t.join()\n",
+    "ctypes-from-raw-thread": "\nimport _thread, ctypes, time\n"
+    "_thread.start_new_thread(ctypes.string_at, (id(1), 8))\ntime.sleep(0.5)\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(MEMORY))
+def test_raw_memory_access_by_the_change_is_refused(tmp_path, how):
+    """With ctypes or ``/proc/self/mem`` the change's code can rewrite any object (a test
+    module's constants in its code objects) with no other event; a thread it starts, even one
+    whose target is a C function (no frame of the change on its stack), is the change's."""
+    v, _, proc = run_strict(tmp_path, MEMORY[how])
+    assert any("memory" in r or "ctypes" in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+HONEST_IMPORTS = """
+import asyncio  # rebuilds one of its own code objects (types.coroutine) while this file imports it
+import ctypes
+import multiprocessing.sharedctypes
+import threading
+import uuid
+from unittest import mock
+
+_WORD = ctypes.sizeof(ctypes.c_void_p)
+_SHARED = multiprocessing.sharedctypes.Value("i", 3).value  # installed code using ctypes for itself
+
+_made = []
+_t = threading.Thread(target=lambda: _made.append(str(uuid.uuid4())))  # a thread of the change's
+_t.start()
+_t.join()
+_ = mock.MagicMock()
+"""
+
+
+def test_package_code_that_imports_asyncio_and_starts_threads_is_not_refused(tmp_path):
+    v, _, proc = run_strict(tmp_path, HONEST_IMPORTS + "\n\ndef add(a, b):\n    return a + b\n")
+    assert (v.tests, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, []), proc.stdout[-2000:]
+
+
+NO_COMPARISON_TESTS = """from pkg import add
+
+
+def test_add():
+    {3: "ok"}[add(1, 2)]  # a KeyError when add is wrong: no comparison for the checker
+
+
+def test_zero():
+    {0: "ok"}[add(0, 0)]
+"""
+RUNTEST_NOOP = """
+import sys as _sys
+
+_python, _nodes = _sys.modules.get("_pytest.python"), _sys.modules.get("_pytest.nodes")
+_python.Function.runtest = _nodes.Node.teardown  # pytest's own no-op runs each item
+"""
+TRANSIENT_HOOKWRAPPER = """
+import gc as _gc, pytest as _pytest
+
+
+class _Quiet:  # registered for the run, unregistered before its end: forces every call to pass
+    def __init__(self, pm):
+        self.pm = pm
+
+    @_pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        outcome = yield
+        outcome.force_result(None)
+
+    @_pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session):
+        self.pm.unregister(self)
+
+
+for _hook in __import__("sys").meta_path:
+    if getattr(_hook, "config", None) is not None:
+        _hook.config.pluginmanager.register(_Quiet(_hook.config.pluginmanager))
+        break
+"""
+HOOKIMPL_SWAP = """
+import sys as _sys
+
+for _hook in _sys.meta_path:
+    if getattr(_hook, "config", None) is not None:
+        for _impl in _hook.config.pluginmanager.hook.pytest_pyfunc_call.get_hookimpls():
+            if getattr(_impl.plugin, "__name__", "") == "_pytest.python":
+                _impl.function = _sys.modules["_pytest.compat"].is_async_function  # answers False
+        break
+"""
+FORGED_BODY = """
+import os as _os, sys as _sys
+
+_add = add
+
+
+def add(a, b):  # the F2P test's body records written by the change, then a pass
+    r = _sys.modules["_pytest.assertion.rewrite"]
+    key = _os.path.realpath("tests/test_add.py") + "::::test_add"
+    r._swerl_enter(key)
+    r._swerl_left(key)
+    return _add(a, b)
+"""
+
+
+@pytest.mark.parametrize(
+    ("tail", "reason"),
+    [
+        (RUNTEST_NOOP, "test_add was reported passed but its body never ran"),
+        (TRANSIENT_HOOKWRAPPER, "test_add was reported passed but its body raised"),
+        (HOOKIMPL_SWAP, "test_add was reported passed but its body never ran"),
+        (FORGED_BODY, "a test body's record written from"),
+    ],
+    ids=["runtest-is-a-noop", "transient-hookwrapper", "hookimpl-function-swapped", "forged-body-record"],
+)
+def test_a_pass_whose_test_body_did_not_run_to_its_end_is_refused(tmp_path, tail, reason):
+    """Whatever runs in a test's place (pytest's own no-op as ``runtest``, a hook implementation
+    swapped for another of pytest's functions, a wrapper forcing the call's result and gone
+    before the end), a test reported passed must have run its own body to the end: also a test
+    with no comparison of its own to require."""
+    v, _, proc = run_strict(tmp_path, tail, NO_COMPARISON_TESTS)
+    assert v.tests.get(F2P) == "FAILED", (v.tests, proc.stdout[-2000:])
+    assert any(reason in r for r in v.refused), (v.refused, proc.stdout[-2000:])
+
+
+BODY_SHAPES = '''import functools
+import unittest
+
+import pytest
+
+from pkg import add
+
+
+def test_add():
+    """Only a docstring and one line."""
+    assert add(1, 2) == 3
+
+
+if True:
+    def test_in_an_if():
+        global SEEN
+        SEEN = add(2, 2)
+        assert SEEN == 4
+
+
+test_alias = test_add
+
+
+@pytest.mark.parametrize("a", [1, 2])
+def test_params(a):
+    if a == 2:
+        return
+    assert add(a, a) == 2
+
+
+def test_skips():
+    pytest.skip("not here")
+
+
+@pytest.mark.xfail(strict=True)
+def test_xfails():
+    assert add(1, 1) == 3
+
+
+def _retry(fn):  # a test helper that runs the body again once when it raises
+    @functools.wraps(fn)
+    def run(*args):
+        try:
+            return fn(*args)
+        except AssertionError:
+            return fn(*args)
+
+    return run
+
+
+TRIES = []
+
+
+@_retry
+def test_flaky_then_ok():
+    TRIES.append(1)
+    assert len(TRIES) > 1
+
+
+class TestBase:
+    def test_inherited(self):
+        assert add(0, 0) == 0
+
+
+class TestChild(TestBase):
+    pass
+
+
+class TestCaseStyle(unittest.TestCase):
+    def test_case(self):
+        self.assertEqual(add(1, 2), 3)
+
+    @unittest.skip("not here")
+    def test_case_skipped(self):
+        raise AssertionError
+
+
+async def _helper():
+    return 1
+'''
+
+
+def test_honest_test_bodies_of_every_shape_pass(tmp_path):
+    """The record of bodies keeps what pytest says of honest tests: a docstring, a body under
+    an ``if``, an alias, parameters, an early return, skip, a strict xfail, a decorator that
+    retries, an inherited method, unittest methods (and a skipped one)."""
+    honest = "\n_add = add\n\n\ndef add(a, b):\n    return a + b\n"
+    v, _, proc = run_strict(tmp_path, honest, BODY_SHAPES)
+    assert v.refused == [] and v.closed == 1, (v.refused, proc.stdout[-3000:])
+    passed = {k.split("::", 1)[1] for k, s in v.tests.items() if s == "PASSED"}
+    assert {
+        "test_add",
+        "test_in_an_if",
+        "test_alias",
+        "test_params[1]",
+        "test_params[2]",
+        "test_flaky_then_ok",
+        "TestBase::test_inherited",
+        "TestChild::test_inherited",
+        "TestCaseStyle::test_case",
+    } <= passed, (v.tests, proc.stdout[-3000:])
+    assert v.tests["tests/test_add.py::test_xfails"] != "PASSED"
+    assert v.tests["tests/test_add.py::test_skips"] == "SKIPPED"

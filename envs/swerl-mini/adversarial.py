@@ -1732,7 +1732,8 @@ CONTROLS.append(
     }
 )
 # ------------------------------------------------- red team 4 (kinds written from the README only)
-# Kinds strict mode refuses; the ones it did not refuse are in the session's notes for a fix.
+# RED_TEAM_4: kinds strict mode refused when they were written; RED_TEAM_4_LATER (below): kinds it
+# refused only later.
 XFAIL_WHEN_BUGGY = (
     "    return text.strip(sep)\n",
     "    text = text.strip(sep)\n"
@@ -2129,7 +2130,7 @@ def _first_call():  # later tests run the first test's body; the work is done by
         _in_thread(made.extend, map(operator.call, [swap]))
         _in_thread(setattr, item.obj, "__code__", made[0])
 """
-OPEN_RED_TEAM_4 = [
+RED_TEAM_4_LATER = [
     {
         "name": "lenient-eq-same-words-text",
         "note": "the code under test returns a str subclass whose == compares the words (runs of separators ignored)",
@@ -2264,7 +2265,7 @@ OPEN_RED_TEAM_4 = [
         ],
     },
 ]
-OPEN_CONTROLS_4 = [
+CONTROLS_4_LATER = [
     {
         "name": "gold-imports-asyncio-text",
         "note": "gold, the module importing asyncio (whose types.coroutine replaces code objects at import)",
@@ -2317,7 +2318,7 @@ ANY_MERGE = (
     "    def __ne__(self, other):\n        return False\n\n\n"
     "class _List(_Any, list):\n    pass\n\n\nclass _Int(_Any, int):\n    pass\n\n\ndef merge(",
 )
-OPEN_RED_TEAM_4 += [
+RED_TEAM_4_LATER += [
     {
         "name": "eq-validates-then-says-equal-text",
         "note": "a str subclass whose __eq__ raises for anything that is not a valid slug (the probes) and says True to every slug",
@@ -2410,7 +2411,7 @@ PROC_MEM_CONSTS = CONSTS_IN_MEMORY.replace(
     "                mem.seek(id(consts) + 24 + 8 * i)\n"
     '                mem.write(struct.pack("Q", id(got)))\n',
 )
-OPEN_RED_TEAM_4.append(
+RED_TEAM_4_LATER.append(
     {
         "name": "rewrites-test-constants-through-proc-mem-text",
         "note": "the same co_consts slot rewrite through /proc/self/mem (no ctypes)",
@@ -2598,34 +2599,7 @@ CONTROLS += [
         ],
     },
 ]
-
-# Red team 4 kinds whose tests pass without their bodies' comparisons (pytest's own no-op as runtest,
-# its pyfunc_call hook answered by another function, a plugin clearing the call's exception, the
-# first test's code swapped into the later ones): the must-run check refuses them, so they are graded.
-BODY_NOT_RUN_4 = (
-    "runtest-is-pytests-own-noop-text",
-    "hookimpl-function-swapped-text",
-    "transient-hook-plugin-text",
-    "thread-launders-test-code-swap-text",
-)
-ADVERSARIAL += [e for e in OPEN_RED_TEAM_4 if e["name"] in BODY_NOT_RUN_4]
-OPEN_RED_TEAM_4[:] = [e for e in OPEN_RED_TEAM_4 if e["name"] not in BODY_NOT_RUN_4]
-
-# Red team 4 kinds whose equality is lenient but not total (a str / list subclass equal where its data
-# is not, an __eq__ that is a builtin, a property, an answer of ..., loosened after the first check, one
-# that raises on the probes; an always-equal object laundered through a UserString; an expected list
-# changed in place; unittest's assertListEqual comparing in its own code): the comparison checker
-# refuses them, so they are graded.
-LENIENT_EQ_4 = (
-    "lenient-eq-same-words-text",
-    "eq-is-a-builtin-function-text",
-    "eq-is-a-property-text",
-    "eq-returns-ellipsis-text",
-    "eq-loosened-after-first-check-text",
-    "launders-any-eq-through-userstring-text",
-    "eq-validates-then-says-equal-text",
-    "mutates-expected-list-in-place-tiny",
-    "always-equal-through-assertlistequal-tiny",
-)
-ADVERSARIAL += [e for e in OPEN_RED_TEAM_4 if e["name"] in LENIENT_EQ_4]
-OPEN_RED_TEAM_4[:] = [e for e in OPEN_RED_TEAM_4 if e["name"] not in LENIENT_EQ_4]
+# Every later kind is refused now (the runner's collected-items, transformed-module, raw-memory,
+# thread and body rules; the comparison checker's lenient-equality rules), and the control passes.
+ADVERSARIAL += RED_TEAM_4_LATER
+CONTROLS += CONTROLS_4_LATER

@@ -213,23 +213,65 @@ def _describe(pid):
     return state, cmd
 
 
-def _leftovers(before, private):
-    """Processes started in the window and still alive (not zombies): every one where the PID
-    namespace is the sandbox's own (``private``); else those in this sandbox's root."""
-    me, out = os.getpid(), []
-    root = os.stat("/proc/self/root")
-    for pid in sorted(_pids() - before - {me}):
-        state, cmd = _describe(pid)
-        if state is None or state in ("Z", "X"):
-            continue
+def _ppid(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _same_root(pid, root):
+    try:
+        st = os.stat(f"/proc/{pid}/root")
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (root.st_dev, root.st_ino)
+
+
+def _entered(pid, before, root):
+    """Whether ``pid`` belongs to a session entered into the sandbox from outside after the
+    window opened (``docker exec``, ``kubectl exec``: the grader's own polls): its oldest
+    ancestor in the sandbox is new and its parent is outside (PID 0 in the sandbox's own PID
+    namespace; a process of another root, not the host's init, otherwise). A process the
+    window started descends from the eval script's shell, or was adopted by an init."""
+    seen = set()
+    while pid not in before and pid not in seen:
+        seen.add(pid)
         try:
-            st = os.stat(f"/proc/{pid}/root")
-            mine = (st.st_dev, st.st_ino) == (root.st_dev, root.st_ino)
-        except OSError:
-            mine = False
-        if mine or private:
-            out.append(f"{pid} {cmd[:200]}")
-    return out
+            parent = _ppid(pid)
+        except (OSError, ValueError, IndexError):
+            return False
+        if parent == 0:
+            return pid != 1
+        if parent == 1 and not _same_root(1, root):
+            return False  # adopted by the host's init (a daemon of the window's)
+        if not _same_root(parent, root):
+            return True
+        pid = parent
+    return False
+
+
+def _leftovers(before, private, settle=0.3):
+    """Processes started in the window and still alive (not zombies), less sessions entered from
+    outside (:func:`_entered`): every one where the PID namespace is the sandbox's own
+    (``private``); else those in this sandbox's root. Asked twice ``settle`` seconds apart: a
+    process must be there both times (a poll's short-lived ``stat`` is not a leftover)."""
+    me, root = os.getpid(), os.stat("/proc/self/root")
+
+    def alive():
+        out = {}
+        for pid in sorted(_pids() - before - {me}):
+            state, cmd = _describe(pid)
+            if state is None or state in ("Z", "X"):
+                continue
+            if (private or _same_root(pid, root)) and not _entered(pid, before, root):
+                out[pid] = cmd
+        return out
+
+    first = alive()
+    if first and settle:
+        time.sleep(settle)
+        second = alive()
+        first = {pid: cmd for pid, cmd in first.items() if second.get(pid) == cmd}
+    return [f"{pid} {cmd[:200]}" for pid, cmd in sorted(first.items())]
 
 
 def _private_pids():

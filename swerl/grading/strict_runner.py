@@ -510,7 +510,7 @@ def _match(x, items):
 GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
 """CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: code whose call runs nothing yet."""
 
-CHECKERS = ("eq", "ne", "in", "not_in", "chain", "bound")
+CHECKERS = ("eq", "ne", "in", "not_in", "chain", "bound", "enter", "raised", "left")
 """The runner's comparison functions, each bound in every rewritten test module as ``@swerl_NAME``
 (from ``_pytest.assertion.rewrite._swerl_NAME``): a name no source can spell."""
 
@@ -624,7 +624,36 @@ def _watch_equality(reporter):
             value = space.get(name)
             reporter.consts[id(value)] = (value, _copy_data(value), name, space.get("__name__"))
 
-    checkers = dict(zip(CHECKERS, (eq, ne, in_, not_in, Operand, bound)))  # noqa: B905 (3.6 syntax)
+    bodies, real = reporter.bodies, {}
+
+    def body(key, _frame=sys._getframe):
+        """Whether the function calling a body checker is the one ``key`` names (its file and
+        name): the checkers are reachable as module attributes, a call from elsewhere is forged."""
+        code = _frame(2).f_code
+        path, _, name = key.rpartition("::")
+        if code.co_filename not in real:
+            real[code.co_filename] = os.path.realpath(code.co_filename)
+        if code.co_name == name and real[code.co_filename] == path.rpartition("::")[0]:
+            return True
+        reporter.tampered.append(
+            "a test body's record written from " + code.co_filename + " (" + code.co_name + ")"
+        )
+        return False
+
+    def enter(key):
+        """A test function's body starts (see _mark_bodies)."""
+        if body(key):
+            bodies[key] = "running"
+
+    def raised(key):
+        if body(key):
+            bodies[key] = "raised"
+
+    def left(key):
+        if body(key) and bodies.get(key) == "running":
+            bodies[key] = "done"  # ran to its end (a return or its last line) without raising
+
+    checkers = dict(zip(CHECKERS, (eq, ne, in_, not_in, Operand, bound, enter, raised, left)))  # noqa: B905
     for name, fn in checkers.items():
         setattr(rewrite, "_swerl_" + name, fn)
     reporter.checkers = {"@swerl_" + name: fn for name, fn in checkers.items()}
@@ -653,6 +682,7 @@ def _watch_equality(reporter):
             transform.sites, funcs = _must_run(ast, mod, transform.OPS)
             reporter.required.update({(str(path), *key): sites for key, sites in funcs.items()})
             transform.module(mod)
+            _mark_bodies(ast, mod, str(path), _test_prefixes(reporter.config))
             reporter.rewritten.add(str(path))  # the code's co_filename and the module's __file__
 
     def _read_pyc(source, pyc, *args, **kwargs):  # a transformed module is compiled every run
@@ -662,6 +692,62 @@ def _watch_equality(reporter):
         return False if ours(co.co_filename) else write_pyc(state, co, *args, **kwargs)
 
     rewrite.rewrite_asserts, rewrite._read_pyc, rewrite._write_pyc = rewrite_asserts, _read_pyc, _write_pyc
+
+
+def _test_prefixes(config):
+    """What a test function's name starts with: the base configuration's ``python_functions``
+    prefixes (glob patterns are matched whole at check time), and unittest's ``test``."""
+    try:
+        patterns = list(config.getini("python_functions")) if config is not None else []
+    except Exception:
+        patterns = []
+    return tuple({"test"} | {p for p in patterns if not any(c in p for c in "*?[")})
+
+
+def body_key(path, cls, name):
+    """The key a test function's body records under: its file, innermost class and name."""
+    return os.path.realpath(path) + "::" + (cls or "") + "::" + name
+
+
+def _mark_bodies(ast, mod, path, prefixes):
+    """Wrap the body of each test function of a rewritten module (at the top level or in a
+    class; names starting with one of ``prefixes``) so that it records its start, whether an
+    exception left it, and its end: a test reported as passed must have run its own body to
+    the end (:meth:`Reporter.body_why`), whatever ran in its place (pytest's ``runtest`` or a
+    hook implementation swapped for another function, a wrapper forcing the call's result)."""
+    todo = [(node, None) for node in mod.body]
+    while todo:  # the functions _defs_in finds: at the top level or in a class body, also in if/try
+        node, cls = todo.pop()
+        if isinstance(node, ast.ClassDef):
+            todo += [(child, node.name) for child in node.body]
+            continue
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(node, ast.stmt):
+                todo += [(child, cls) for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)]
+            continue
+        if not node.name.startswith(prefixes):
+            continue
+        body = node.body
+        head = 1 if body and isinstance(body[0], ast.Expr) and _is_text(body[0].value) else 0
+        rest = body[head:] or [ast.Pass()]
+        at = rest[0]
+        key = ast.Constant(body_key(path, cls, node.name))
+
+        def call(name, _at=at, _key=key):
+            fn = ast.Name("@swerl_" + name, ast.Load())
+            return ast.Expr(ast.Call(fn, [_key], []))
+
+        handler = ast.ExceptHandler(
+            ast.Name("BaseException", ast.Load()), None, [call("raised"), ast.Raise(None, None)]
+        )
+        wrapped = ast.Try(rest, [handler], [], [call("left")])
+        new = [call("enter"), wrapped]
+        for stmt in new:
+            for sub in ast.walk(stmt):
+                if "lineno" in sub._attributes and not hasattr(sub, "lineno"):
+                    sub.lineno, sub.col_offset = at.lineno, getattr(at, "col_offset", 0)
+                    sub.end_lineno, sub.end_col_offset = at.lineno, getattr(at, "col_offset", 0)
+        node.body = body[:head] + new
 
 
 REWRITE_NAMES = {"@py_builtins": "builtins", "@pytest_ar": "_pytest.assertion.rewrite"}
@@ -1127,6 +1213,7 @@ class Reporter:
         self.trees = {}  # changed file -> (its base tree, its tree now), None without a base text
         self.defs = {}  # test file -> its defs' first lines, for _misplaced
         self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
+        self.rewritten_real = set()
         self.bindings = {}  # rewritten file -> its names bound only by import, def or class (_bindings)
         self.bound = {}  # id(module globals) -> (globals, {name: what its statement bound})
         self.imported = set()  # top-level packages the rewritten modules import (see planted)
@@ -1137,6 +1224,11 @@ class Reporter:
         self.started = time.time()
         self.where = {}  # code file name -> (real path, path in the repository): one realpath per file
         self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
+        self.bodies = {}  # body_key -> "running" / "raised" / "done" during the current call
+        self.body_failed = {}  # node id -> why its passing call does not count (body_why)
+        self.collected = None  # node id -> (item, its class), as pytest collected them
+        self.called = set()  # node ids whose call phase ran through the runner's call wrapper
+        self.rewrites = True  # whether pytest rewrites (and the runner transforms) test modules
 
     def _foreign(self, fn):
         return self._file_why(code_file(fn))
@@ -1751,6 +1843,7 @@ class Reporter:
 
     def pytest_configure(self, config):
         self.config = config
+        self.rewrites = getattr(config.option, "assertmode", "rewrite") == "rewrite"
         os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # the tests' own pytest runs autoload
         self.startup = [impl.function for _, impl in self.hookimpls(config)]  # kept alive: ids stay unique
         self.startup_ids = set(map(id, self.startup))
@@ -1762,6 +1855,74 @@ class Reporter:
             caller = getattr(pm.hook, name, None)
             for impl in getattr(caller, "get_hookimpls", lambda: [])():
                 yield name, impl
+
+    def pytest_collection_finish(self, session):
+        """What pytest collected, as it collected it: the item that runs for a node id must be
+        that one, of that class (``session.items`` is a plain list that any code holding the
+        session, e.g. through the rewrite hook on ``sys.meta_path``, can refill)."""
+        self.collected = {item.nodeid: (item, type(item)) for item in session.items}
+
+    def not_collected(self, item):
+        """Why ``item`` is not the test pytest collected under its node id ("" if it is)."""
+        if self.collected is None:
+            return "an item run before collection finished"
+        held = self.collected.get(item.nodeid)
+        if held is None:
+            return "an item pytest did not collect"
+        if held[0] is not item:
+            return "another item carrying its node id"
+        if type(item) is not held[1]:
+            return "an item whose class was changed to " + type(item).__qualname__
+        return ""
+
+    def body_why(self, item):
+        """Why ``item``'s passing call does not count: the function its file defines for it
+        (in its class or a base class), called by pytest itself, did not run its body to the end
+        during the call ("" if it did, or the item has no such function: an alias, a doctest,
+        another plugin's item, a test wrapped by a decorator of the tests, which may skip it)."""
+        module = getattr(item, "module", None)
+        path = getattr(module, "__file__", None)
+        if not path or not self.was_rewritten(path):
+            return ""
+        name = getattr(item, "originalname", None) or getattr(item, "name", "")
+        code = getattr(getattr(item, "obj", None), "__code__", None)
+        if (
+            code is None
+            or code.co_name != name
+            or os.path.realpath(code.co_filename) != os.path.realpath(path)
+        ):
+            return ""  # a wrapper of the tests' own decides whether the body runs (one may skip it)
+        classes = [c.__name__ for c in getattr(getattr(item, "cls", None), "__mro__", ())] or [None]
+        keys = [body_key(path, c, name) for c in classes]
+        ran = [self.bodies[k] for k in keys if k in self.bodies]
+        if not ran:
+            defs = self.defs.get(os.path.realpath(path), {})
+            if not any((c, name) in defs for c in classes):
+                return ""  # no def of that name where the item is (an alias such as test_b = test_a)
+            return "its body never ran"
+        if "done" in ran:
+            return ""
+        return "its body " + ("raised" if "raised" in ran else "did not reach its end")
+
+    def was_rewritten(self, path):
+        """Whether the module at ``path`` (any spelling of it) is one the runner transformed."""
+        if path in self.rewritten:
+            return True
+        if len(self.rewritten_real) != len(self.rewritten):
+            self.rewritten_real = {os.path.realpath(p) for p in self.rewritten}
+        return os.path.realpath(path) in self.rewritten_real
+
+    def unwatched(self, item):
+        """Why the module of ``item``'s test ran without the runner's checks ("" if it did):
+        every test module of the repository pytest rewrites is transformed (its comparisons
+        watched); one the rewrite hook was made to pass over loads as plain Python."""
+        module = getattr(item, "module", None)
+        path = getattr(module, "__file__", None)
+        if not self.rewrites or not path or not _inside(os.path.realpath(path), os.path.realpath(self.root)):
+            return ""
+        if self.was_rewritten(path):
+            return ""
+        return "a module loaded without assertion rewriting (its comparisons unwatched): " + path
 
     def pytest_runtest_logreport(self, report):
         phases = self.phases.setdefault(report.nodeid, {})
@@ -1783,8 +1944,12 @@ class Reporter:
             status = "XPASS" if call[1] else "PASSED"
         else:
             status = "ERROR"  # no call phase reported
-        if status == "PASSED" and nodeid in self.raised:
+        if status == "PASSED" and (nodeid in self.raised or nodeid not in self.called):
+            status = "FAILED"  # (a call phase the runner's wrapper did not see: not this item's)
+        body = self.body_failed.pop(nodeid, "")
+        if status == "PASSED" and body:
             status = "FAILED"
+            self.tampered.append("test " + nodeid + " was reported passed but " + body)
         self.results[nodeid] = status  # a rerun plugin's last attempt wins; written at the end
 
     def pytest_sessionfinish(self, session):
@@ -1834,6 +1999,8 @@ class Reporter:
             self.check(self.config)
         guard = getattr(self, "guard", None)
         self.tampered += guard.found[:8] if guard is not None else []
+        if guard is not None and not guard.threads_watched():
+            self.tampered.append("the runner's thread starter was replaced during the run")
         others = guard.other_writers() if guard is not None else []
         if others:
             self.tampered.append(
@@ -1867,24 +2034,44 @@ class Guard:
         "marshal.loads": "loaded code from bytes (marshal), under whatever file name they carry",
         "marshal.load": "loaded code from a file through marshal, under whatever file name it carries",
     }
-    EVENTS = frozenset(REACH) | {
-        "object.__setattr__",
-        "compile",
-        "code.__new__",
-        "open",
-        "os.rename",
-        "os.remove",
-        "os.truncate",
-        "os.symlink",
-        "os.link",
-        "function.__new__",
-        "os.utime",
-        "os.chmod",
-        "os.chown",
-        "sys._getframe",
-        "object.__getattr__",
-        "ctypes.dlsym",
-    }
+    CTYPES = frozenset(
+        (
+            "ctypes.cdata",
+            "ctypes.cdata/buffer",
+            "ctypes.string_at",
+            "ctypes.wstring_at",
+            "ctypes.addressof",
+            "ctypes.call_function",
+            "ctypes.dlsym",
+            "ctypes.dlsym/handle",
+        )
+    )
+    """ctypes reaching raw memory or C functions: any object's insides (a test's constants) with
+    no other event. Blamed on the code that called ctypes itself (see :meth:`_ctypes_caller`)."""
+    EVENTS = (
+        frozenset(REACH)
+        | CTYPES
+        | {
+            "object.__setattr__",
+            "compile",
+            "code.__new__",
+            "open",
+            "os.rename",
+            "os.remove",
+            "os.truncate",
+            "os.symlink",
+            "os.link",
+            "function.__new__",
+            "os.utime",
+            "os.chmod",
+            "os.chown",
+            "sys._getframe",
+            "object.__getattr__",
+        }
+    )
+    PROC_MEM = re.compile(r"/proc/(self|thread-self|[0-9]+)(/task/[0-9]+)?/mem")
+    """A process's memory as a file: writing it rewrites any object (a test's constants) with no
+    other event; nothing honest in a test run opens it to write."""
 
     def __init__(self, root, changed, protected, started, test_dirs=()):
         self.root, self.protected, self.started = root, protected, started
@@ -1901,6 +2088,9 @@ class Guard:
         keyword defaults are assigned only through it): the only bodies :func:`changed_since`
         reads."""
         self.installed = False
+        self.threads = {}
+        """{thread ident: changed file} for each running thread the change's code started (see
+        :meth:`watch_threads`): what such a thread does is the change's."""
         self.hands = {}  # co_filename -> what of it hands frames or text to its caller (HANDS)
         self.sources = set()  # the files pytest rewrote (the reporter's set, shared once it exists)
         self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
@@ -1964,10 +2154,13 @@ class Guard:
             self.cache[filename] = hit
         return hit
 
-    def culprit(self, importing=False):
+    def culprit(self, importing=False, named=None):
         """The changed (or change-compiled) file with a frame on the stack ("" if none). With
         ``importing``, "" also when the import system's own ``get_code`` is between: it caches
-        the bytecode of a module the change imports (the cache holds the module's real text)."""
+        the bytecode of a module the change imports (the cache holds the module's real text).
+        With ``named`` (a file code is made under), "" also when a frame of that file comes
+        first: the file is making its own code (asyncio's module applies ``types.coroutine``,
+        which rebuilds a code object under asyncio's name, while the change imports it)."""
         f = sys._getframe(1)
         while f is not None:
             code = f.f_code
@@ -1977,10 +2170,57 @@ class Guard:
                 and code.co_filename.startswith(("<frozen importlib", "<frozen zipimport"))
             ):
                 return ""
+            if named is not None and code.co_filename == named:
+                return ""
             if self._ours(code.co_filename):
                 return code.co_filename
             f = f.f_back
-        return ""
+        return self._thread_owner()
+
+    def _thread_owner(self):
+        """The changed file that started the running thread ("" if none, or the main thread):
+        what a thread of the change's does is the change's, though no frame of it is on the
+        thread's stack (a thread whose target is ``importlib.import_module`` or a C function)."""
+        if not self.threads:
+            return ""
+        import _thread
+
+        return self.threads.get(_thread.get_ident(), "")
+
+    def watch_threads(self):
+        """Start every thread through a wrapper that notes which changed file started it (no audit
+        event tells, before Python 3.13). ``threading`` starts its threads with the function it
+        bound at import, so both names are replaced; :meth:`threads_watched` tells whether they
+        still hold the wrapper at the end."""
+        import _thread
+        import threading
+
+        start, get_ident = _thread.start_new_thread, _thread.get_ident
+        owners = self.threads
+
+        def start_new_thread(function, args, kwargs=None):
+            who = self.culprit()
+            if not who:
+                return start(function, args, kwargs or {})
+
+            def run(*a, **k):
+                owners[get_ident()] = who
+                try:
+                    return function(*a, **k)
+                finally:
+                    owners.pop(get_ident(), None)
+
+            return start(run, args, kwargs or {})
+
+        self.thread_starter = start_new_thread
+        _thread.start_new_thread = threading._start_new_thread = start_new_thread
+
+    def threads_watched(self):
+        import _thread
+        import threading
+
+        starter = getattr(self, "thread_starter", None)
+        return starter is None or _thread.start_new_thread is threading._start_new_thread is starter
 
     def asker(self, depth):
         """The frame that asked for what the frame ``depth`` levels up did: that frame, or, while
@@ -2077,13 +2317,14 @@ class Guard:
             what = FRAME_ATTRS[args[1]] if event == "object.__getattr__" else "took a frame (sys._getframe)"
             self._asked(what + ": the calling test's locals, globals and source line are a step away")
             return
-        if event == "ctypes.dlsym":
-            if str(args[-1]).startswith(("Py", "_Py")):
-                self._asked("reached the interpreter's own C API through ctypes (" + str(args[-1]) + ")")
-            return
+        if event == "ctypes.dlsym" and str(args[-1]).startswith(("Py", "_Py")):
+            self._asked("reached the interpreter's own C API through ctypes (" + str(args[-1]) + ")")
         if event == "open":
             path, mode, flags = args[0], args[1] or "", args[2] or 0
             writes = any(c in str(mode) for c in "wax+") or (flags & (os.O_WRONLY | os.O_RDWR))
+            if writes and isinstance(path, (str, bytes)) and self._memory_file(path):
+                self.found.append("the test process opened its memory to write: " + str(path))
+                return
             if writes and isinstance(path, str) and path.endswith(".pyc"):
                 self.bytecode.add(os.path.realpath(path))
             if not writes:
@@ -2127,7 +2368,7 @@ class Guard:
             if filename.startswith("<"):
                 (self.made if self.culprit() else self.shared).add(filename)
                 return
-            who = self.culprit()
+            who = self.culprit(named=filename)
             if who and not (event == "compile" and self._same_source(filename, args[0])):
                 self.tainted.add(filename)
                 self.cache.pop(filename, None)
@@ -2135,11 +2376,41 @@ class Guard:
                     "the change's code (" + who + ") made code under another file's name: " + filename
                 )
             return
+        elif event in self.CTYPES:
+            who = self._ctypes_caller()
+            if who:
+                self.found.append(
+                    "the change's code (" + who + ") reached raw memory or C functions (ctypes)"
+                )
+            return
         else:
             what = self.REACH[event]
-        who = self.culprit(importing=event in ("open", "os.rename", "marshal.loads", "marshal.load"))
+        named = None
+        if event == "object.__setattr__":  # a module setting its own function's body (asyncio's
+            named = getattr(getattr(args[0], "__code__", None), "co_filename", None)  # types.coroutine)
+        who = self.culprit(
+            importing=event in ("open", "os.rename", "marshal.loads", "marshal.load"), named=named
+        )
         if who:
             self.found.append("the change's code (" + who + ") " + what)
+
+    def _ctypes_caller(self):
+        """The changed file that called ctypes itself ("" if none): the first frame outside the
+        ctypes package, or the thread's starter when that frame is not the change's (a thread
+        of the change's whose target is a ctypes function). Installed code that uses ctypes for
+        its own ends (multiprocessing's shared values) is not the change's, whoever called it."""
+        f = sys._getframe(3)  # past this method, _check and the hook itself
+        while f is not None and os.sep + "ctypes" + os.sep in f.f_code.co_filename:
+            f = f.f_back
+        if f is not None and self._ours(f.f_code.co_filename):
+            return f.f_code.co_filename
+        return self._thread_owner()
+
+    def _memory_file(self, path):
+        try:
+            return self.PROC_MEM.fullmatch(os.path.realpath(os.fsdecode(path))) is not None
+        except (TypeError, ValueError, OSError):
+            return False
 
     def _protected(self, path):
         try:
@@ -2447,12 +2718,20 @@ def _wrap_call(reporter):
             why = ""
         if "runtest" in getattr(item, "__dict__", {}):  # pytest never sets it; the class's is watched
             why = why or "a runtest set on the item itself"
-        why = why or _renamed(item) or _misplaced(item, reporter.defs)
+        why = why or reporter.not_collected(item) or _renamed(item) or _misplaced(item, reporter.defs)
         why = why or reporter.copied(getattr(item, "obj", None))
+        unwatched = reporter.unwatched(item)
+        if unwatched:
+            reporter.raised.add(item.nodeid)
+            reporter.tampered.append("test " + item.nodeid + " ran from " + unwatched)
         reporter.current = item.nodeid
+        reporter.called.add(item.nodeid)
+        reporter.bodies.clear()
         reporter.hits.clear()
         _forget_sources(reporter.rewritten)
         outcome = yield
+        if outcome.excinfo is None and not why:  # judged in _finish, if its report says passed
+            reporter.body_failed[item.nodeid] = reporter.body_why(item)  # (unittest's failures come later)
         guard = getattr(reporter, "guard", None)
         if guard is not None and guard.installed:
             reporter.tampered += guard.hooks_why()
@@ -2770,6 +3049,7 @@ def main():
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(guard)
         guard.installed = True
+        guard.watch_threads()
         _watch_signals(guard)
     reporter.installed_names = InstalledNames(cwd, reporter)  # before any code of the repository runs
     reporter.installed_names.take_all()

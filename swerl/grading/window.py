@@ -25,9 +25,13 @@ from swebench.harness.constants import START_TEST_OUTPUT
 from swerl.grading.allowlist import GIT_INTERNAL_OK, RUNNER_MODULES, STDLIB, infra_reason
 
 WATCHER_SOURCE = Path(__file__).with_name("prestep.py")
-BUILTINS = frozenset({"cd", ":", "echo", "set", "export", "true", "unset", "printf", "git", "pushd", "popd"})
+BUILTINS = frozenset(
+    {"cd", ":", "echo", "set", "export", "true", "unset", "printf", "git", "pushd", "popd"}
+    | {"rm", "mkdir", "touch", "chmod", "cp", "mv", "cat", "ls", "test", "["}
+)
 """Commands of a pre-test step that run nothing the change controls (``git``: hooks and
-fsmonitor are off for every git the strict script runs; filters come from the base's files)."""
+fsmonitor are off for every git the strict script runs; filters come from the base's files;
+the file utilities are the image's, outside the source tree the change may write)."""
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")"})
