@@ -2313,3 +2313,68 @@ def test_honest_test_bodies_of_every_shape_pass(tmp_path):
     } <= passed, (v.tests, proc.stdout[-3000:])
     assert v.tests["tests/test_add.py::test_xfails"] != "PASSED"
     assert v.tests["tests/test_add.py::test_skips"] == "SKIPPED"
+
+
+TEMPLATE_CODE = """
+import os as _os
+
+_here = _os.path.dirname(__file__)
+_name = _os.path.join(_here, "templates", "sum.txt")  # Jinja2 and Mako name a template's code so
+_space = {}
+exec(compile("def render(a, b):\\n    return a + b\\n", _name, "exec"), _space)  # (tracebacks)
+
+
+def add(a, b):
+    return _space["render"](a, b)
+"""
+GENERATED_MODULE = """
+import importlib as _importlib
+import os as _os
+
+_path = _os.path.join(_os.path.dirname(__file__), "_table.py")  # PLY writes its parsetab.py so
+with open(_path, "w") as _f:
+    _f.write(GENERATED)
+_table = _importlib.import_module(__name__ + "._table")
+
+
+def add(a, b):
+    return _table.add(a, b)
+"""
+HONEST_TABLE = "def add(a, b):\\n    return a + b\\n"
+ALWAYS_EQUAL_TABLE = (
+    "class _Any(int):\\n    def __eq__(self, other):\\n        return True\\n\\n"
+    "    __hash__ = int.__hash__\\n\\n\\ndef add(a, b):\\n    return _Any(a - b)\\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("tail", "files"),
+    [
+        (TEMPLATE_CODE, {"pkg/templates/sum.txt": "{{ a + b }}\n"}),
+        ("\nGENERATED = " + repr(HONEST_TABLE.replace("\\n", "\n")) + "\n" + GENERATED_MODULE, {}),
+    ],
+    ids=["template-compiled-under-its-name", "generated-module-in-the-package"],
+)
+def test_templates_and_generated_modules_of_the_change_are_its_own_code(tmp_path, tail, files):
+    """A template's code under the template's name, and a module the package writes next to
+    itself and imports, are the change's code: not a forgery, no refusal."""
+    v, _, proc = run_strict(tmp_path, tail, files=files)
+    assert (v.tests, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, []), (v.refused, proc.stdout[-2000:])
+
+
+def test_a_generated_module_is_blamed_like_a_changed_file(tmp_path):
+    """What the generated module's code does is the change's: an always-equal value it returns
+    is refused as any of the change's would be; a new module at the top of the import path (it
+    could shadow an installed one) is refused as written."""
+    tail = "\nGENERATED = " + repr(ALWAYS_EQUAL_TABLE.replace("\\n", "\n")) + "\n" + GENERATED_MODULE
+    v, _, proc = run_strict(tmp_path, tail)
+    assert v.tests[F2P] == "FAILED" and any("equals anything" in r for r in v.refused), (
+        v.refused,
+        proc.stdout[-2000:],
+    )
+    top = GENERATED_MODULE.replace('_os.path.dirname(__file__), "_table.py"', '_os.getcwd(), "_table.py"')
+    top = top.replace('__name__ + "._table"', '"_table"')
+    v, _, proc = run_strict(
+        tmp_path / "top", "\nGENERATED = " + repr(HONEST_TABLE.replace("\\n", "\n")) + "\n" + top
+    )
+    assert any("_table.py" in r and "wrote" in r for r in v.refused), (v.refused, proc.stdout[-2000:])

@@ -2370,11 +2370,12 @@ class Guard:
                 return
             who = self.culprit(named=filename)
             if who and not (event == "compile" and self._same_source(filename, args[0])):
-                self.tainted.add(filename)
+                self.tainted.add(filename)  # the change's code from now on, whatever it says
                 self.cache.pop(filename, None)
-                self.found.append(
-                    "the change's code (" + who + ") made code under another file's name: " + filename
-                )
+                if self._forgeable(filename):
+                    self.found.append(
+                        "the change's code (" + who + ") made code under another file's name: " + filename
+                    )
             return
         elif event in self.CTYPES:
             who = self._ctypes_caller()
@@ -2431,8 +2432,37 @@ class Guard:
                 return True  # a file the tests had before the run: what they compare with
         # Python code or configuration the interpreter or pytest reads, where they read it
         if full.endswith((".py", ".pyc", ".pth", ".ini", ".cfg", ".toml")):
-            return any(full.startswith(d + os.sep) for d in self.code_dirs)
+            return any(full.startswith(d + os.sep) for d in self.code_dirs) and not self._new_module(full)
         return False
+
+    def _forgeable(self, filename):
+        """Whether code made under ``filename`` could pass for code the run trusts by its file: a
+        Python source (a test's, pytest's, the standard library's), a file the run protects or a
+        test's source. A template's path (Jinja2 and Mako compile a template under its own name,
+        so tracebacks point at it) is none of these: its code is only the change's own."""
+        full = os.path.realpath(os.path.join(self.root, filename))
+        return (
+            filename.endswith((".py", ".pyw", ".pyc", ".pyi"))
+            or not os.path.splitext(filename)[1]
+            or self._protected(full)
+            or self._test_source(full)
+        )
+
+    def _new_module(self, full):
+        """Whether ``full`` is a new ``.py`` file inside a package of the repository, not at the
+        top of an import path (where it could shadow an installed module): a generated module
+        (PLY's ``parsetab.py``, a table written on first import). It is the change's own code
+        from then on (its hooks and tests are refused as written during the run)."""
+        folder = os.path.dirname(full)
+        if not full.endswith(".py") or os.path.basename(full) == "conftest.py" or os.path.lexists(full):
+            return False
+        if folder in self.code_dirs or not _inside(folder, self.root):
+            return False
+        if not os.path.isfile(os.path.join(folder, "__init__.py")):
+            return False
+        self.changed.add(full)
+        self.cache.clear()
+        return True
 
     def _same_source(self, filename, source):
         """A compile of a file's own text (an import) is not a forgery; anything else under an
