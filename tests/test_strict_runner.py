@@ -1964,6 +1964,15 @@ NUM_BASE = (
             "    __hash__ = None\n\n\n_add = add\n\n\ndef add(a, b):\n    return Near(_add(a, b).n)\n",
             "compared a Near where the test wrote a literal (its equality is the change's)",
         ),
+        (
+            "new-class-rewrites-the-mirror",  # at import, the mirror is made to say the base had it
+            NUM_BASE.replace("class Num:", "class Num:  # base\n    pass\n\n\nclass Old:")
+            + "\n\nimport os as _os\n\n_top = _os.path.dirname(_os.path.dirname(_os.path.dirname(__file__)))\n"
+            "with open(_os.path.join(_top, 'run', 'base-src', 'pkg', '__init__.py'), 'w') as _f:\n"
+            "    _f.write(open(__file__).read())\n\n\nclass Num:\n    def __init__(self, n):\n        self.n = n\n\n"
+            "    def __eq__(self, other):\n        return abs(self.n - other) <= 4\n\n    __hash__ = None\n",
+            "compared a Num where the test wrote a literal (its equality is the change's)",
+        ),
     ],
     ids=lambda x: x if isinstance(x, str) and len(x) < 40 and "\n" not in x else "",
 )

@@ -167,6 +167,19 @@ def _frozen_std(fn):
     return bool(frozen) and mod is not None and getattr(fn, "__globals__", None) is _namespace(mod)
 
 
+def _base_texts(top, changed):
+    """{changed file: its base text} from the grader's mirror under ``top``, read before any code
+    of the change runs in this process (what the change's code writes there later is not read)."""
+    out = {}
+    for rel in changed:
+        try:
+            with open(os.path.join(top, rel), "rb") as f:
+                out[rel] = f.read()
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def _class_node(tree, qualname):
     """The ``class`` statement of ``tree`` (a module's) named by ``qualname`` (the last one of
     that name in the module's or class's body), None if none."""
@@ -1209,7 +1222,7 @@ class Reporter:
         self.eq_code = {}  # (type, method name) -> why its equality is the change's ("" if not)
         self.consts = {}  # id -> (a test module's literal constant, a copy of its data, its name, module)
         self.kinds = {}  # type -> how a value of it compared with a literal is read (_kind)
-        self.base_src = None  # the base text of the changed Python files the base tracks (grade.py)
+        self.base_src = {}  # changed file -> its base text (grade.py mirrors it; read at start: _base_texts)
         self.trees = {}  # changed file -> (its base tree, its tree now), None without a base text
         self.defs = {}  # test file -> its defs' first lines, for _misplaced
         self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
@@ -1729,14 +1742,10 @@ class Reporter:
             import ast
 
             trees = None
-            if (
-                rel in self.changed
-                and self.base_src
-                and self._file_why(full) == "a file the change touched: " + rel
-            ):
+            text = self.base_src.get(rel)
+            if text is not None and self._file_why(full) == "a file the change touched: " + rel:
                 try:
-                    with open(os.path.join(self.base_src, rel), "rb") as f:
-                        base = ast.parse(f.read())
+                    base = ast.parse(text)
                     with open(full, "rb") as f:
                         trees = (base, ast.parse(f.read()))
                 except (OSError, SyntaxError, ValueError):
@@ -3060,7 +3069,7 @@ def main():
         for name in plugins:
             extra += ["-p", name]
     reporter = Reporter(Channel(pipe_w), None, changed, cwd)
-    reporter.base_src = os.path.join(here, "base-src")
+    reporter.base_src = _base_texts(os.path.join(here, "base-src"), changed)
     _watch_equality(reporter)  # every ==, !=, in of the test modules shows the runner what said "equal"
     _watch_unittest(reporter)  # imports unittest (watched; pytest imports it anyway)
 
