@@ -411,9 +411,6 @@ def _slot(x, name, other):
     return NotImplemented
 
 
-_MISSING = object()
-
-
 def _frozen_std(fn):
     """Whether ``fn`` is a function of a module the interpreter froze into itself (its code's
     file "<frozen NAME>", its globals that module's: ``_collections_abc``'s ``Mapping.__eq__``,
@@ -509,8 +506,20 @@ def _flat(x, _plain=PLAIN):
     return kind is dict and _plain.issuperset(map(type, x)) and _plain.issuperset(map(type, x.values()))
 
 
+def _value_at(mapping, key):
+    """``mapping[key]`` for a literal dict (``_MISSING``, which :meth:`Reporter._holds` skips,
+    where the key is missing or unhashable)."""
+    try:
+        return dict.get(mapping, key, _MISSING)
+    except TypeError:
+        return _MISSING
+
+
 def _match(x, items):
-    """The element of ``items`` that ``x`` equals (None if none): what it is compared with."""
+    """The element of ``items`` that ``x`` equals (None if none, or ``items`` is no container):
+    what it is compared with."""
+    if type(items) not in CONTAINERS:
+        return None
     for item in itertools.islice(items, COMPARED_BUDGET):
         try:
             if (item == x) is True:
@@ -1495,6 +1504,23 @@ class Reporter:
         return self.rerouted(fn.__globals__)
 
     def compared(self, ops, operands, lit=-1):
+        """:meth:`check_comparison`, whose own failure is recorded and refused, never raised into
+        the test (a test the runner's bug failed would read as an honest failure)."""
+        try:
+            self.check_comparison(ops, operands, lit)
+        except Exception as e:  # the runner's own bug, or an operand built to break the check
+            self.raised.add(self.current)
+            where = "test " + str(self.current) if self.current else "code outside a test"
+            self.tampered.append(
+                where
+                + " ran a comparison the runner could not check ("
+                + type(e).__name__
+                + ": "
+                + str(e)[:200]
+                + ")"
+            )
+
+    def check_comparison(self, ops, operands, lit=-1):
         """A comparison in test code said "equal" (``==`` true, ``!=`` false, ``in`` true) of
         ``operands`` (``lit``: which of them the test wrote as a literal, -1 if neither):
 
@@ -1664,11 +1690,8 @@ class Reporter:
                 if isinstance(x, (list, tuple)) and wkind in (list, tuple):
                     todo.extend(zip(x[:budget], want[:budget]))  # noqa: B905 (3.6 syntax)
                 elif isinstance(x, dict) and wkind is dict:
-                    todo.extend(
-                        (v, want.get(k) if type(k) in PLAIN else None)
-                        for k, v in list(dict.items(x))[:budget]
-                    )
-                elif not isinstance(x, (str, bytes, bytearray, int, float, complex)):
+                    todo.extend((v, _value_at(want, k)) for k, v in list(dict.items(x))[:budget])
+                elif wkind in CONTAINERS and not isinstance(x, (str, bytes, bytearray, int, float, complex)):
                     todo.extend((e, _match(e, want)) for e in list(itertools.islice(x, budget)))
             elif how == "wrapper":  # a collections.UserString / UserList / UserDict: its .data
                 data = vars(x).get("data", _MISSING) if hasattr(x, "__dict__") else _MISSING
