@@ -2408,3 +2408,40 @@ def test_a_literal_dict_with_tuple_keys_is_read_not_failed(tmp_path):
         tmp_path, "\n_add = add\n\n\ndef add(a, b):\n    return a + b\n", TUPLE_KEYS_TESTS
     )
     assert (v.tests, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, []), (v.refused, proc.stdout[-3000:])
+
+
+PARAM_TESTS = """import pytest
+
+from pkg import add
+
+
+@pytest.mark.parametrize(("a", "b", "want"), [(0, 0, 0), (1, 2, 3)])
+def test_add(a, b, want):
+    assert add(a, b) == want
+"""
+PARAM_SWAP = """
+import sys as _sys
+
+_add = add
+
+
+def add(a, b):  # the first item rewrites the later item's parameters to what add returns
+    session = next(f.session for f in _sys.meta_path if type(f).__name__ == "AssertionRewritingHook")
+    for item in session.items[1:]:
+        p = item.callspec.params
+        p["want"] = _add(p["a"], p["b"])
+    return _add(a, b)
+"""
+
+
+def test_parameters_rewritten_after_collection_are_refused(tmp_path):
+    """A test's parameters must be the objects collection gave it."""
+    ids = ("tests/test_add.py::test_add[0-0-0]", "tests/test_add.py::test_add[1-2-3]")
+    v, _, proc = run_strict(tmp_path, "", PARAM_TESTS)
+    assert (v.tests, v.refused) == ({ids[0]: "PASSED", ids[1]: "FAILED"}, []), (
+        v.refused,
+        proc.stdout[-2000:],
+    )
+    v, _, proc = run_strict(tmp_path / "swap", PARAM_SWAP, PARAM_TESTS)
+    assert v.tests[ids[1]] == "FAILED", (v.tests, proc.stdout[-2000:])
+    assert any("parameters were changed after collection: want" in r for r in v.refused), v.refused

@@ -515,6 +515,14 @@ def _value_at(mapping, key):
         return _MISSING
 
 
+def _params(item):
+    """A copy of a parametrized item's parameters ({name: value}; None if it has none): the
+    values a test gets must be the objects collection gave it (a plain dict that any code holding
+    the item, e.g. through the session on ``sys.meta_path``, could rewrite before its setup)."""
+    params = getattr(getattr(item, "callspec", None), "params", None)
+    return dict(params) if isinstance(params, dict) else None
+
+
 def _match(x, items):
     """The element of ``items`` that ``x`` equals (None if none, or ``items`` is no container):
     what it is compared with."""
@@ -1248,7 +1256,8 @@ class Reporter:
         self.cached = {}  # real path -> why its bytecode cache is not the run's own ("" if it is)
         self.bodies = {}  # body_key -> "running" / "raised" / "done" during the current call
         self.body_failed = {}  # node id -> why its passing call does not count (body_why)
-        self.collected = None  # node id -> (item, its class), as pytest collected them
+        self.collected = None  # node id -> (item, its class, its parameters), as pytest collected them
+        self.params_why = {}  # node id -> params_changed as its setup started
         self.called = set()  # node ids whose call phase ran through the runner's call wrapper
         self.rewrites = True  # whether pytest rewrites (and the runner transforms) test modules
 
@@ -1892,7 +1901,7 @@ class Reporter:
         """What pytest collected, as it collected it: the item that runs for a node id must be
         that one, of that class (``session.items`` is a plain list that any code holding the
         session, e.g. through the rewrite hook on ``sys.meta_path``, can refill)."""
-        self.collected = {item.nodeid: (item, type(item)) for item in session.items}
+        self.collected = {item.nodeid: (item, type(item), _params(item)) for item in session.items}
 
     def not_collected(self, item):
         """Why ``item`` is not the test pytest collected under its node id ("" if it is)."""
@@ -1905,7 +1914,23 @@ class Reporter:
             return "another item carrying its node id"
         if type(item) is not held[1]:
             return "an item whose class was changed to " + type(item).__qualname__
-        return ""
+        why = self.params_why.pop(item.nodeid, None)
+        return self.params_changed(item) if why is None else why
+
+    def params_changed(self, item):
+        """Why ``item``'s parameters are not the objects collection gave it ("" if they are).
+        Asked as its setup starts (a plugin such as pytest-lazy-fixture fills its own values in
+        during setup), else at its call."""
+        held = (self.collected or {}).get(item.nodeid)
+        if held is None or held[0] is not item:
+            return ""
+        now, then = _params(item) or {}, held[2] or {}
+        changed = sorted(
+            str(k) for k in set(now) | set(then) if k not in now or k not in then or now[k] is not then[k]
+        )
+        return (
+            "an item whose parameters were changed after collection: " + ", ".join(changed) if changed else ""
+        )
 
     def body_why(self, item):
         """Why ``item``'s passing call does not count: the function its file defines for it
@@ -2769,6 +2794,16 @@ def _watch_signals(guard):
     _signal.signal = signal
 
 
+def _watch_setup(reporter):
+    import pytest
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(item):
+        reporter.params_why[item.nodeid] = reporter.params_changed(item)
+
+    return pytest_runtest_setup
+
+
 def _wrap_call(reporter):
     import pytest
 
@@ -3100,6 +3135,7 @@ def main():
     if mode == "module":  # `python -m pytest` puts the working directory first
         sys.path.insert(0, cwd)
     reporter.pytest_runtest_call = _wrap_call(reporter)
+    reporter.pytest_runtest_setup = _watch_setup(reporter)
     marker = os.path.join(here, "started")  # the file system's own clock (coarser than time())
     open(marker, "w").close()
     reporter.started = os.stat(marker).st_mtime
