@@ -429,11 +429,6 @@ def _frozen_std(fn):
     return bool(frozen) and mod is not None and getattr(fn, "__globals__", None) is _namespace(mod)
 
 
-def _provider(cls, name):
-    """The class of ``cls``'s MRO whose namespace holds ``name`` (``object`` if none does)."""
-    return next((k for k in cls.__mro__ if name in vars(k)), object)
-
-
 def _wrapper(kind):
     """Whether ``kind`` is (or subclasses, without a ``data`` descriptor of its own)
     ``collections.UserString`` / ``UserList`` / ``UserDict``, whose equality is that of the
@@ -1627,7 +1622,12 @@ class Reporter:
             if _truth(said) is claims and not (name == "__ne__" and _declines(x, probe)):
                 return "a " + cls.__name__ + " whose " + name + " says it equals anything (" + where + ")"
         base = _base(cls)
-        if base is not None and other is not None and not _base_eq(x, other):
+        if (
+            base is not None
+            and other is not None
+            and not _base_eq(x, other)
+            and not self._old_method(cls, name)
+        ):
             return (
                 "a " + cls.__name__ + " whose " + name + " says equal where its " + base.__name__
                 + " data is not (" + where + ")"
@@ -1728,7 +1728,10 @@ class Reporter:
         """How :meth:`_holds` reads a value of type ``kind`` compared with a literal: "data" (a
         builtin type or subclass), "number" / "array" / "repository" (not the change's), or
         why it cannot hold a literal's data."""
-        if _base(kind) is not None or kind in CONTAINERS:
+        base = _base(kind)
+        if base is not None and kind is not base and self._own_kept(kind):
+            return "repository"  # boltons' OrderedMultiDict: its equality is not its dict data's
+        if base is not None or kind in CONTAINERS:
             return "data"
         mine = [n for n in ("__eq__", "__ne__") if self._eq_why(kind, n)]
         if mine and not all(self._old_method(kind, n) for n in mine):
@@ -1764,6 +1767,21 @@ class Reporter:
             " (" + str(getattr(kind, "__module__", "?")) + ") where the test wrote a literal: a value"
             " compared with a literal must hold that literal's data"
         )
+
+    def _own_kept(self, kind):
+        """Whether the builtin subclass ``kind`` is a class of the repository with an equality of
+        its own that is not the change's (its file untouched, or its ``__eq__`` / ``__ne__`` as
+        the base commit had them): the tests are written against that equality, not the data."""
+        mod = sys.modules.get(str(getattr(kind, "__module__", "")))
+        path = _namespace(mod).get("__file__") if mod is not None else None
+        if not isinstance(path, str) or not _inside(os.path.realpath(path), os.path.realpath(self.root)):
+            return False
+        own = [
+            n
+            for n in ("__eq__", "__ne__")
+            if getattr(_provider(kind, n), "__module__", "builtins") != "builtins"
+        ]
+        return bool(own) and all(not self._eq_why(kind, n) or self._old_method(kind, n) for n in own)
 
     def _trees(self, path):
         """(the base commit's syntax tree, the tree now) of the repository file ``path`` that the
