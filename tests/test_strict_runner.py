@@ -2482,3 +2482,48 @@ def test_a_builtin_subclass_the_base_had_keeps_its_own_equality(tmp_path):
         tmp_path / "rewritten", "", MULTI_TESTS, base_text=MULTI_BASE, files={"pkg/__init__.py": loose}
     )
     assert v.refused, (v.tests, proc.stdout[-2000:])
+
+
+INTROSPECTING_BASE = (
+    "import sys\n\n\n"
+    "def caller_locals(level=1):  # the repository's own introspection (boltons' tbutils, alike)\n"
+    "    return dict(sys._getframe(level).f_locals)\n\n\n"
+    "def add(a, b):\n    return a - b\n"
+)
+INTROSPECTING_TESTS = """from pkg import add, caller_locals
+
+
+def test_add():
+    expected = 3
+    assert add(1, 2) == expected
+
+
+def test_zero():
+    x = 1
+    assert caller_locals()["x"] == 1
+    assert add(0, 0) == 0
+"""
+
+
+def test_the_repositorys_own_frame_taking_is_not_the_changes_peek(tmp_path):
+    """A function of a file the fix touches that takes frames as the base had it (boltons'
+    tbutils) is the repository's: the tests calling it are not refused. Code the change wrote
+    that asks it for the calling test's frame is."""
+    gold = INTROSPECTING_BASE.replace("return a - b", "return a + b")
+    v, _, proc = run_strict(
+        tmp_path, "", INTROSPECTING_TESTS, base_text=INTROSPECTING_BASE, files={"pkg/__init__.py": gold}
+    )
+    assert (v.tests, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, []), (v.refused, proc.stdout[-2000:])
+    peek = INTROSPECTING_BASE.replace("return a - b", "return caller_locals(2).get('expected', a - b)")
+    v, _, proc = run_strict(
+        tmp_path / "peek",
+        "",
+        INTROSPECTING_TESTS,
+        base_text=INTROSPECTING_BASE,
+        files={"pkg/__init__.py": peek},
+    )
+    assert v.tests[F2P] == "PASSED", (v.tests, proc.stdout[-2000:])  # the peek works
+    assert any("took a frame" in r and "pkg/__init__.py" in r for r in v.refused), (
+        v.refused,
+        proc.stdout[-2000:],
+    )

@@ -180,6 +180,25 @@ def _base_texts(top, changed):
     return out
 
 
+def _defs_by_path(ast, tree):
+    """{(names of the enclosing classes and functions..., name): (the def, its first lines)} of
+    every function ``tree`` defines, at any depth (the last of a path wins, as Python binds it)."""
+    out, todo = {}, [(tree, ())]
+    while todo:
+        node, path = todo.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                here = (*path, child.name)
+                if not isinstance(child, ast.ClassDef):
+                    first = {child.lineno} | {d.lineno for d in child.decorator_list}
+                    if here not in out or out[here][0].lineno < child.lineno:
+                        out[here] = (child, first)
+                todo.append((child, here))
+            elif isinstance(child, (ast.stmt, ast.excepthandler)):
+                todo.append((child, path))
+    return out
+
+
 def _class_node(tree, qualname):
     """The ``class`` statement of ``tree`` (a module's) named by ``qualname`` (the last one of
     that name in the module's or class's body), None if none."""
@@ -1235,6 +1254,8 @@ class Reporter:
         self.consts = {}  # id -> (a test module's literal constant, a copy of its data, its name, module)
         self.kinds = {}  # type -> how a value of it compared with a literal is read (_kind)
         self.base_src = {}  # changed file -> its base text (grade.py mirrors it; read at start: _base_texts)
+        self.now_src = {}  # changed file -> its text as the run starts (what its modules load)
+        self.kept_code = {}  # code object -> whether its def is the base's, unchanged (unchanged_def)
         self.trees = {}  # changed file -> (its base tree, its tree now), None without a base text
         self.defs = {}  # test file -> its defs' first lines, for _misplaced
         self.checkers, self.rewritten = {}, set()  # what _watch_equality bound, and in which files
@@ -1792,16 +1813,45 @@ class Reporter:
             import ast
 
             trees = None
-            text = self.base_src.get(rel)
-            if text is not None and self._file_why(full) == "a file the change touched: " + rel:
+            text, now = self.base_src.get(rel), self.now_src.get(rel)
+            if (
+                text is not None
+                and now is not None
+                and self._file_why(full) == "a file the change touched: " + rel
+            ):
                 try:
-                    base = ast.parse(text)
-                    with open(full, "rb") as f:
-                        trees = (base, ast.parse(f.read()))
-                except (OSError, SyntaxError, ValueError):
+                    trees = (ast.parse(text), ast.parse(now))
+                except (SyntaxError, ValueError):
                     trees = None
             self.trees[rel] = trees
         return self.trees[rel]
+
+    def unchanged_def(self, code):
+        """Whether ``code`` is a function's whose ``def``, in a file the change touched, is the
+        base commit's, unchanged (the same path of class and function names, the same syntax
+        tree): the repository's own function (boltons' ``tbutils`` taking frames, a fix
+        elsewhere in its file), not the change's."""
+        hit = self.kept_code.get(code)
+        if hit is None:
+            import ast
+
+            trees, hit = self._trees(code.co_filename), False
+            if trees is not None:
+                now, line = _defs_by_path(ast, trees[1]), code.co_firstlineno
+                path = next(
+                    (k for k, (_, first) in now.items() if k[-1] == code.co_name and line in first), None
+                )
+                if path is None and code.co_name.startswith(
+                    "<"
+                ):  # a comprehension, lambda: the def around it
+                    around = [
+                        k for k, (n, f) in now.items() if min(f) <= line <= getattr(n, "end_lineno", -1)
+                    ]
+                    path = max(around, key=lambda k: now[k][0].lineno, default=None)
+                was = _defs_by_path(ast, trees[0]).get(path) if path is not None else None
+                hit = was is not None and ast.dump(was[0]) == ast.dump(now[path][0])
+            self.kept_code[code] = hit
+        return hit
 
     def _in_base(self, klass):
         """Whether ``klass``, of a file the change touched, is a class the base commit's text of
@@ -2168,6 +2218,7 @@ class Guard:
         :meth:`watch_threads`): what such a thread does is the change's."""
         self.hands = {}  # co_filename -> what of it hands frames or text to its caller (HANDS)
         self.sources = set()  # the files pytest rewrote (the reporter's set, shared once it exists)
+        self.kept = lambda code: False  # Reporter.unchanged_def once it exists (see asker)
         self.bytecode = set()  # bytecode caches this process wrote (its import system, pytest's rewriter)
         self.copied, self.copies = {}, {}
         """{id(code): (code, [functions with it], their ids)} for each code object the change's code
@@ -2303,8 +2354,8 @@ class Guard:
         caller. Only the asker is blamed: a frame of the change further up the stack is not (its
         logging, warnings and namedtuples take frames for their own use)."""
         f = sys._getframe(depth + 1)
-        while f is not None and self._hands(f.f_code):
-            f = f.f_back
+        while f is not None and (self._hands(f.f_code) or (self._mine(f.f_code) and self.kept(f.f_code))):
+            f = f.f_back  # a function of a changed file that the change left as the base had it hands too
         return f
 
     def _hands(self, code):
@@ -3146,6 +3197,8 @@ def main():
             extra += ["-p", name]
     reporter = Reporter(Channel(pipe_w), None, changed, cwd)
     reporter.base_src = _base_texts(os.path.join(here, "base-src"), changed)
+    reporter.now_src = _base_texts(cwd, [rel for rel in changed if rel in reporter.base_src])  # (the change
+    # may rewrite its own files later: what it loaded is this text)
     _watch_equality(reporter)  # every ==, !=, in of the test modules shows the runner what said "equal"
     _watch_unittest(reporter)  # imports unittest (watched; pytest imports it anyway)
 
@@ -3162,6 +3215,7 @@ def main():
     guard = Guard(cwd, changed, protected, reporter.started, test_dirs(tests, cwd))
     reporter.guard = guard
     guard.sources = reporter.rewritten
+    guard.kept = reporter.unchanged_def
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(guard)
         guard.installed = True
