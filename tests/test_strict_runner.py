@@ -2052,7 +2052,8 @@ MORE_TESTS = """from pkg import add
 def test_more():
     assert add(2, 2) == 4
 """
-UNREWRITTEN = """
+UNREWRITTEN = (
+    """
 import sys as _sys
 
 for _hook in _sys.meta_path:  # the rewrite hook passes over every later test module
@@ -2060,21 +2061,9 @@ for _hook in _sys.meta_path:  # the rewrite hook passes over every later test mo
         _hook.fnpats = []
         if getattr(_hook, "session", None) is not None:
             _hook.session._initialpaths = frozenset()
-
-
-class _Any(int):
-    def __eq__(self, other):
-        return True
-
-    __hash__ = int.__hash__
-
-
-_add = add
-
-
-def add(a, b):
-    return _Any(_add(a, b))
 """
+    + ALWAYS_EQUAL
+)
 
 
 def test_a_test_module_loaded_without_the_runners_checks_is_refused(tmp_path):

@@ -430,24 +430,6 @@ def _slot(x, name, other):
     return NotImplemented
 
 
-def _frozen_std(fn):
-    """Whether ``fn`` is a function of a module the interpreter froze into itself (its code's
-    file "<frozen NAME>", its globals that module's: ``_collections_abc``'s ``Mapping.__eq__``,
-    which ``UserDict`` compares with), not generated code."""
-    name = fn.__code__.co_filename
-    if not (name.startswith("<frozen ") and name.endswith(">")):
-        return False
-    name = name[len("<frozen ") : -1]
-    try:
-        import _imp
-
-        frozen = _imp.is_frozen(name)
-    except Exception:
-        return False
-    mod = sys.modules.get(name)
-    return bool(frozen) and mod is not None and getattr(fn, "__globals__", None) is _namespace(mod)
-
-
 def _wrapper(kind):
     """Whether ``kind`` is (or subclasses, without a ``data`` descriptor of its own)
     ``collections.UserString`` / ``UserList`` / ``UserDict``, whose equality is that of the
