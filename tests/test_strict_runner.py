@@ -40,13 +40,16 @@ def run_strict(
     site: dict | None = None,
     base_text: str | None = None,
     paths: tuple = ("tests/test_add.py",),
+    pythonpath: tuple = (),
+    changed: tuple = ("pkg/__init__.py",),
 ) -> tuple:
     """A repo whose ``add`` is wrong, ``tail`` appended to the changed package (and ``files``
     of the base, {path: text}); the runner run as the eval script's ``python -m pytest`` would
     be (``warm``: after an ordinary pytest run left its rewritten test modules in the bytecode
     cache; ``site``: {path: text} of installed packages, outside the repository on the path;
-    ``base_text``: the changed package's text in the base commit, as the grader mirrors it).
-    Returns (verdict, key, process)."""
+    ``base_text``: the changed package's text in the base commit, as the grader mirrors it;
+    ``pythonpath``: directories of the repository the eval script puts on ``PYTHONPATH``;
+    ``changed``: the files the change touched). Returns (verdict, key, process)."""
     repo, run = tmp_path / "repo", tmp_path / "run"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
@@ -68,7 +71,7 @@ def run_strict(
     shutil.copy(RUNNER_SOURCE, run / "run.py")
     key = secrets.token_hex(32)
     (run / "key").write_text(key)
-    (run / "changed.json").write_text(json.dumps(["pkg/__init__.py"]))
+    (run / "changed.json").write_text(json.dumps(list(changed)))
     if base_text is not None:
         (run / "base-src" / "pkg").mkdir(parents=True)
         (run / "base-src" / "pkg" / "__init__.py").write_text(base_text)
@@ -78,6 +81,10 @@ def run_strict(
             (tmp_path / "site" / path).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / "site" / path).write_text(text)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "site"), env.get("PYTHONPATH")]))
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [*(str(repo / p) for p in pythonpath), env.get("PYTHONPATH")])
+        )
     proc = subprocess.run(
         [
             sys.executable,
@@ -2516,3 +2523,38 @@ def test_the_repositorys_own_frame_taking_is_not_the_changes_peek(tmp_path):
         v.refused,
         proc.stdout[-2000:],
     )
+
+
+FRAMEWORK_TESTS = """import pluggy
+from pkg import add
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    assert pluggy.fixed() == 0
+"""
+
+
+def test_a_repository_holding_a_package_pytest_starts_with_is_what_its_tests_run(tmp_path):
+    """Control: the repository under test is pluggy (or pytest, attrs, ...: a package pytest
+    imports as it starts), on the eval script's ``PYTHONPATH``, and the change fixes it. pytest
+    starts from the repository's copy, as it would without the runner: started from the
+    installed copy, the tests would run that copy and never the change (real pytest and pluggy
+    fixes were refused so, their tests failing as at the base commit)."""
+    import pluggy
+
+    files = {f"src/pluggy/{f.name}": f.read_text() for f in Path(pluggy.__file__).parent.glob("*.py")}
+    files["src/pluggy/__init__.py"] += "\n\ndef fixed():\n    return 0\n"
+    v, _, proc = run_strict(
+        tmp_path,
+        "\n\ndef add(a, b):\n    return a + b\n",
+        tests=FRAMEWORK_TESTS,
+        files=files,
+        pythonpath=("src",),
+        changed=("pkg/__init__.py", "src/pluggy/__init__.py"),
+    )
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
+    assert proc.returncode == 0

@@ -3090,6 +3090,56 @@ def base_plugins():
     return sorted(names)
 
 
+def framework_names():
+    """Top-level module names of pytest, pluggy and the installed pytest's own requirements
+    (what pytest's start-up imports), read from the environment's metadata."""
+    names = {"pytest", "_pytest", "pluggy"}
+    try:
+        from importlib import metadata
+    except ImportError:
+        try:
+            import importlib_metadata as metadata
+        except ImportError:
+            return names
+    try:
+        requires = metadata.requires("pytest") or []
+    except Exception:
+        return names
+    for req in requires:
+        if "extra" in req.partition(";")[2]:
+            continue  # pytest's test extras: never imported while it starts
+        try:
+            dist = metadata.distribution(re.split(r"[^A-Za-z0-9._-]", req.strip(), maxsplit=1)[0])
+            top = (dist.read_text("top_level.txt") or "").split()
+            files = [str(f).split("/") for f in dist.files or ()]
+        except Exception:
+            continue
+        names.update(top)
+        for parts in files:
+            if parts[-1].endswith(".py") and not parts[0].endswith((".dist-info", ".egg-info", "..")):
+                names.add(parts[0][:-3] if len(parts) == 1 else parts[0])
+    return names
+
+
+def framework_roots(entries):
+    """The entries (of the script's own path, inside the repository) that hold pytest's own
+    modules or those of its start-up (the repository under test is pytest, pluggy, attrs, ...):
+    pytest starts from them, as it would without the runner, or the tests would test the
+    installed copy and never the change. The allowlist reverts a module the change adds that
+    shadows an installed one, so what is found there is the base's own package."""
+    if not entries:
+        return []
+    names = framework_names()
+    out = []
+    for entry in entries:
+        for name in names:
+            where = os.path.join(entry, name)
+            if os.path.isfile(os.path.join(where, "__init__.py")) or os.path.isfile(where + ".py"):
+                out.append(entry)
+                break
+    return out
+
+
 def supervise(pipe, pid, verdict, key):
     """The parent: the only holder of the key. It signs what the test process reports, and
     closes the verdict only if that process reported its end and then exited with the code
@@ -3166,9 +3216,12 @@ def main():
     # afterwards the path is the script's own (PYTHONPATH entries included), less this directory.
     kept = [p for p in sys.path if p and os.path.abspath(p) != here]
     sys.path[:] = [p for p in kept if not _inside(os.path.abspath(p), cwd)]
+    plugins = base_plugins()  # from the environment's own metadata, not the repository's
+    own = framework_roots([p for p in kept if p not in sys.path])
+    if own:  # the repository is pytest, pluggy, ...: the tests test its copy, not the installed one
+        sys.path[:] = [p for p in kept if p in own or p in sys.path]
     import pytest
 
-    plugins = base_plugins()  # from the environment's own metadata, not the repository's
     sys.path[:] = kept
 
     version = tuple(int(x) for x in pytest.__version__.split(".")[:2] if x.isdigit())
@@ -3206,7 +3259,10 @@ def main():
     reporter.installed_names = InstalledNames(cwd, reporter)  # before any code of the repository runs
     reporter.installed_names.take_all()
     reporter.installed_names.watch_imports()
-    reporter.channel.write({"start": True, "plugins": plugins or [], "pytest": pytest.__version__})
+    start = {"start": True, "plugins": plugins or [], "pytest": pytest.__version__}
+    if own:
+        start["framework"] = own
+    reporter.channel.write(start)
     code = pytest.main(extra + pinned(args, os.path.join(here, "base"), cwd), plugins=[reporter])
     reporter.close(int(code))
     _exit(int(code))
