@@ -2558,3 +2558,61 @@ def test_a_repository_holding_a_package_pytest_starts_with_is_what_its_tests_run
     )
     assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
     assert proc.returncode == 0
+
+
+LARGE_CONTAINER_TESTS = """import sys
+
+from pkg import add
+
+MANY = {str(n): [n] for n in range(1000)}
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    assert "999" in MANY and "999" in set(MANY) and "pkg" in sys.modules and "no-such" not in MANY
+"""
+
+
+def test_a_literal_found_in_a_large_dict_or_set_is_not_refused(tmp_path):
+    """Control: a literal looked up in a builtin dict or set of more than the element budget
+    (``"_src" in sys.modules`` in pytest's own tests) is checked against the keys that lookup
+    compared it with, wherever they are; only the first 256 were, and the honest pass was refused
+    as a container said to hold data none of its elements hold."""
+    v, _, proc = run_strict(tmp_path, "\n\ndef add(a, b):\n    return a + b\n", tests=LARGE_CONTAINER_TESTS)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
+
+
+LYING_LARGE = """
+
+class _Table(dict):
+    def __contains__(self, key):
+        return True
+
+
+def table():
+    return _Table({str(n): [n] for n in range(1000)})
+"""
+LYING_LARGE_TESTS = """from pkg import add, table
+
+
+def test_add():
+    assert "-1" in table()
+
+
+def test_zero():
+    assert add(0, 0) == 0
+"""
+
+
+def test_a_large_dict_that_says_it_holds_what_no_key_holds_is_refused(tmp_path):
+    """The attack the element check exists for, past the budget: a dict of the change's with more
+    keys than :data:`COMPARED_BUDGET` whose ``__contains__`` finds anything."""
+    v, _, proc = run_strict(tmp_path, LYING_LARGE, tests=LYING_LARGE_TESTS)
+    assert v.tests.get(F2P) == "FAILED" and any("none of the elements hold" in r for r in v.refused), (
+        v.tests,
+        v.refused,
+        proc.stdout[-2000:],
+    )

@@ -7,6 +7,7 @@ import contextlib
 import json
 import random
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,34 @@ def test_the_baseline_records_what_a_test_calls_from_its_threads(tmp_path):
     (run,) = json.loads((tmp_path / "out.json").read_text())
     assert run["outcomes"] == {"test_threads.py::test_in_a_thread": "passed"}, run
     assert run["calls"]["test_threads.py::test_in_a_thread"] == ["pkg/__init__.py:1"], run["calls"]
+
+
+NESTED = """pytest_plugins = "pytester"
+
+
+def test_outer(pytester):
+    pytester.makepyfile(test_inner="def test_y():\\n    pass\\n")
+    pytester.runpytest("-rA").assert_outcomes(passed=1)
+"""
+
+
+def test_mined_tests_are_node_ids_of_the_commits_test_files(tmp_path):
+    """A test that runs pytest inside itself (pytester, as pytest's own tests do) shows its inner
+    run's summary under ``-rA``; those lines parse as passing tests that are not the repository's,
+    and a task listing them could never be resolved by a grader reading the run's own results."""
+    from swebench.harness.log_parsers import parse_log_pytest
+
+    from swerl.tasks.synth.mine import passing
+
+    (tmp_path / "testing").mkdir()
+    (tmp_path / "testing" / "test_nested.py").write_text(NESTED)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "testing/test_nested.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    statuses = parse_log_pytest(out, None)
+    assert "test_inner.py::test_y" in statuses, out[-2000:]  # the inner run's line, parsed as a test
+    assert passing(statuses, ["testing/test_nested.py"]) == {"testing/test_nested.py::test_outer"}

@@ -511,6 +511,26 @@ def _value_at(mapping, key):
         return _MISSING
 
 
+HASHED_BUDGET = 1 << 16
+
+
+def _hashed_like(container, needle, limit=HASHED_BUDGET):
+    """The elements of a set (a dict's keys) whose hash is ``needle``'s: those ``needle in
+    container`` compared it with, wherever they are in a large one (up to ``limit`` elements)."""
+    try:
+        h = hash(needle)
+    except TypeError:
+        return []
+    out = []
+    for e in itertools.islice(container, limit):
+        try:
+            if hash(e) == h:
+                out.append(e)
+        except Exception:
+            continue
+    return out
+
+
 def _params(item):
     """A copy of a parametrized item's parameters ({name: value}; None if it has none): the
     values a test gets must be the objects collection gave it (a plain dict that any code holding
@@ -1893,7 +1913,10 @@ class Reporter:
         elements by its builtin data."""
         if lit == 1 or (lit == 0 and isinstance(b, (list, tuple, set, frozenset, dict))):
             needle, items = (a, b) if lit == 1 else (None, b)
-            for e in list(itertools.islice(b, COMPARED_BUDGET)):
+            pool = list(itertools.islice(b, COMPARED_BUDGET))
+            if lit == 0 and isinstance(b, (set, frozenset, dict)) and len(pool) == COMPARED_BUDGET:
+                pool = _hashed_like(b, a)  # (``"name" in sys.modules``: hundreds of keys)
+            for e in pool:
                 try:
                     if (a == e) is True and not (self._holds(a, e) if lit == 1 else self._holds(e, a)):
                         return ""
