@@ -2557,7 +2557,62 @@ def test_a_repository_holding_a_package_pytest_starts_with_is_what_its_tests_run
         changed=("pkg/__init__.py", "src/pluggy/__init__.py"),
     )
     assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
-    assert proc.returncode == 0
+    assert proc.returncode == 0 and v.framework == ["src/pluggy"]
+
+
+PYTEST_REPO_TESTS = """import subprocess
+import sys
+
+import _pytest
+import _pytest.terminal
+import pytest
+from pkg import add
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    # a child ``python -OO`` (pytest's own tests run some) caches a module the run loaded
+    subprocess.run([sys.executable, "-OO", "-m", "py_compile", _pytest.terminal.__file__], check=True)
+    with pytest.raises(ValueError) as info:
+        raise ValueError(_pytest.__file__)
+    assert "src" in str(info.value) and len(info.traceback) == 1 and _pytest.fixed() == 0
+"""
+
+
+def test_a_fix_of_pytest_itself_runs_as_the_framework(tmp_path):
+    """Control: the repository under test is pytest (``src/_pytest``, ``src/pytest``), and the
+    change edits its logging plugin (registered while pytest configures, its hooks from a file
+    the change touched) and its traceback code (which takes frames from tracebacks). Those
+    files are the runner, as the installed pytest's are: not blamed as the change's code
+    (real pytest fixes were refused so), and the grade says pytest came from the repository.
+    A child ``python -OO`` writing its own bytecode of a module the run loaded (the terminal
+    plugin's) is not code this process loaded (``.opt-2`` caches are never read by it)."""
+    import _pytest
+
+    home = Path(_pytest.__file__).parent
+    files = {f"src/_pytest/{f.relative_to(home)}": f.read_text() for f in home.rglob("*.py")}
+    files.update({f"src/pytest/{f.name}": f.read_text() for f in Path(pytest.__file__).parent.glob("*.py")})
+    files["src/_pytest/__init__.py"] += "\n\ndef fixed():\n    return 0\n"
+    files["src/_pytest/logging.py"] += "\n# a fix\n"
+    files["src/_pytest/_code/code.py"] += "\n# a fix\n"
+    v, _, proc = run_strict(
+        tmp_path,
+        "\n\ndef add(a, b):\n    return a + b\n",
+        tests=PYTEST_REPO_TESTS,
+        files=files,
+        pythonpath=("src",),
+        changed=(
+            "pkg/__init__.py",
+            "src/_pytest/__init__.py",
+            "src/_pytest/logging.py",
+            "src/_pytest/_code/code.py",
+        ),
+    )
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
+    assert v.framework == ["src/_pytest", "src/pytest"]
 
 
 LARGE_CONTAINER_TESTS = """import sys

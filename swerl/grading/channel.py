@@ -175,6 +175,9 @@ class Verdict:
     sessions: int = 0
     closed: int = 0
     refused: list[str] = field(default_factory=list)
+    framework: list[str] = field(default_factory=list)
+    """Packages of the repository pytest started from (it is pytest, pluggy, ...): their code
+    ran as the runner's own."""
 
 
 def read_verdict(raw: bytes | None, key: str) -> Verdict:
@@ -200,6 +203,7 @@ def read_verdict(raw: bytes | None, key: str) -> Verdict:
         mac, r = want, rec["r"]
         if r.get("start"):
             v.sessions += 1
+            v.framework = sorted(set(v.framework) | set(r.get("framework") or []))
         elif r.get("end"):
             v.closed += 1
             v.refused += [f"strict runner: {t}" for t in r.get("tampered", [])]

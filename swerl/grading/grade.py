@@ -46,6 +46,7 @@ from swerl.grading.channel import (
 )
 from swerl.grading.integrity import (
     STRICT_PREFIX,
+    VERDICT_FRAMEWORK,
     VERDICT_LOG,
     VERDICT_RUNNER,
     GradingMode,
@@ -187,7 +188,9 @@ def evaluate(
         if integrity is not None and run is not None and first_code_step(spec.eval_script) is not None:
             _judge_window(sb, run, instance, integrity, timings)
         if integrity is not None:
-            integrity.verdict = VERDICT_RUNNER if verdict is not None else VERDICT_LOG
+            integrity.verdict = (
+                VERDICT_LOG if verdict is None else VERDICT_FRAMEWORK if verdict.framework else VERDICT_RUNNER
+            )
         return Evaluation(
             True, text, apply_output, apply_command=apply_command, timed_out=r.timed_out,
             timings=timings, integrity=integrity, verdict=verdict,

@@ -44,6 +44,10 @@ STRICT_PREFIX = 'PYTHONNOUSERSITE=1 PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_AD
 
 VERDICT_RUNNER = "strict runner"
 """``Integrity.verdict`` of a pytest run: statuses from the runner's keyed channel."""
+VERDICT_FRAMEWORK = "strict runner, pytest from the repository"
+"""``Integrity.verdict`` of a pytest run of a repository that holds pytest's own packages (pytest,
+pluggy, ...): statuses from the runner's keyed channel, but the change's edits of those packages
+ran as the test framework itself (see the README: what strict mode holds there)."""
 VERDICT_LOG = "log (the test command is not pytest)"
 """``Integrity.verdict`` of any other test command: statuses read from the log, which the
 tested code can print (a trainer may weigh such a reward differently)."""
@@ -91,7 +95,7 @@ class Integrity:
     @property
     def keyed(self) -> bool:
         """Whether the statuses came from the runner's keyed channel (not from the log)."""
-        return self.verdict == VERDICT_RUNNER
+        return self.verdict in (VERDICT_RUNNER, VERDICT_FRAMEWORK)
 
     @property
     def clean(self) -> bool:

@@ -1318,10 +1318,15 @@ class Reporter:
         except (OSError, ValueError, NotImplementedError):
             return ""
         stem = os.path.basename(full)[:-3] + "."
+        tag = getattr(sys.implementation, "cache_tag", None) or ""
+        opt = ".opt-" + str(sys.flags.optimize) if sys.flags.optimize else ""
         for name in names:
             path = os.path.join(where, name)
+            rest = name[len(stem) : -4]
             if (
                 not (name.startswith(stem) and name.endswith(".pyc"))
+                or not rest.startswith(tag)  # another interpreter's
+                or (".opt-" in rest and not (opt and rest.endswith(opt)))  # ``python -O``'s: never read here
                 or os.path.realpath(path) in guard.bytecode
             ):
                 continue
@@ -3144,22 +3149,24 @@ def framework_names():
     return names
 
 
-def framework_roots(entries):
-    """The entries (of the script's own path, inside the repository) that hold pytest's own
-    modules or those of its start-up (the repository under test is pytest, pluggy, attrs, ...):
-    pytest starts from them, as it would without the runner, or the tests would test the
-    installed copy and never the change. The allowlist reverts a module the change adds that
-    shadows an installed one, so what is found there is the base's own package."""
+def framework_packages(entries):
+    """{entry: [package directory or module file]} of the entries (of the script's own path,
+    inside the repository) that hold pytest's own modules or those of its start-up (the
+    repository under test is pytest, pluggy, attrs, ...): pytest starts from them, as it would
+    without the runner, or the tests would test the installed copy and never the change. The
+    allowlist reverts a module the change adds that shadows an installed one, so what is found
+    there is the base's own package."""
     if not entries:
-        return []
+        return {}
     names = framework_names()
-    out = []
+    out = {}
     for entry in entries:
-        for name in names:
+        for name in sorted(names):
             where = os.path.join(entry, name)
-            if os.path.isfile(os.path.join(where, "__init__.py")) or os.path.isfile(where + ".py"):
-                out.append(entry)
-                break
+            if os.path.isfile(os.path.join(where, "__init__.py")):
+                out.setdefault(entry, []).append(where)
+            elif os.path.isfile(where + ".py"):
+                out.setdefault(entry, []).append(where + ".py")
     return out
 
 
@@ -3240,12 +3247,16 @@ def main():
     kept = [p for p in sys.path if p and os.path.abspath(p) != here]
     sys.path[:] = [p for p in kept if not _inside(os.path.abspath(p), cwd)]
     plugins = base_plugins()  # from the environment's own metadata, not the repository's
-    own = framework_roots([p for p in kept if p not in sys.path])
+    own = framework_packages([p for p in kept if p not in sys.path])
     if own:  # the repository is pytest, pluggy, ...: the tests test its copy, not the installed one
         sys.path[:] = [p for p in kept if p in own or p in sys.path]
     import pytest
 
     sys.path[:] = kept
+    # Its files are the runner, as the installed pytest's are: their code is not blamed as the
+    # change's (hooks they register, frames they take); the grade says so (Integrity.verdict).
+    framework = sorted(os.path.relpath(p, cwd) for ps in own.values() for p in ps)
+    changed = {c for c in changed if not any(c == f or c.startswith(f + "/") for f in framework)}
 
     version = tuple(int(x) for x in pytest.__version__.split(".")[:2] if x.isdigit())
     extra = []
@@ -3283,8 +3294,8 @@ def main():
     reporter.installed_names.take_all()
     reporter.installed_names.watch_imports()
     start = {"start": True, "plugins": plugins or [], "pytest": pytest.__version__}
-    if own:
-        start["framework"] = own
+    if framework:
+        start["framework"] = framework
     reporter.channel.write(start)
     code = pytest.main(extra + pinned(args, os.path.join(here, "base"), cwd), plugins=[reporter])
     reporter.close(int(code))
