@@ -13,7 +13,7 @@ import pytest
 from swerl.errors import ConfigError
 from swerl.grading import GradeStatus, Integrity, docker_factory, grade, judge
 from swerl.grading.allowlist import Change, Entry, classify, infra_reason, parse_listing
-from swerl.grading.channel import read_verdict
+from swerl.grading.channel import Verdict, read_verdict
 from swerl.grading.integrity import VERDICT_LOG, VERDICT_RUNNER, strict_reading
 from swerl.tasks.instance import Instance, select
 
@@ -193,6 +193,20 @@ def test_an_xfail_fail_to_pass_test_is_not_a_strict_pass(tk1):
     f2p = tk1.FAIL_TO_PASS[0]
     official, strict, integrity = _both(tk1, _log(_lines(tk1, {f2p: "XFAIL"})))
     assert (official, strict, integrity.skipped) == (True, False, [f2p])
+
+
+def test_an_expected_failure_the_runner_vouches_for_is_kept(tk1):
+    """The strict runner says XFAIL only for an expected failure the test file declares
+    (tests/test_strict_runner.py): a PASS_TO_PASS test so reported is kept, as the harness keeps
+    it; the same word read from the log alone (no runner) stays a skip."""
+    p2p = tk1.PASS_TO_PASS[0]
+    log = _log(_lines(tk1, {p2p: "XFAIL"}))
+    official, tests, _ = judge(tk1, "x", log)
+    integrity = Integrity()
+    verdict = Verdict(tests={t: "PASSED" for t in [*tk1.FAIL_TO_PASS, *tk1.PASS_TO_PASS]} | {p2p: "XFAIL"})
+    reading = strict_reading(tk1.test_spec(), "x", log, tests, integrity, verdict)
+    assert (official is GradeStatus.RESOLVED, reading.resolved, integrity) == (True, True, Integrity())
+    assert _both(tk1, log)[1:] == (False, Integrity(skipped=[p2p]))
 
 
 def test_results_outside_the_markers_are_not_read(tk1):

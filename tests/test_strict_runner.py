@@ -2671,3 +2671,67 @@ def test_a_large_dict_that_says_it_holds_what_no_key_holds_is_refused(tmp_path):
         v.refused,
         proc.stdout[-2000:],
     )
+
+
+XFAIL_TESTS = """import pytest
+from pkg import add
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+@pytest.mark.xfail(reason="not supported yet")
+def test_zero():
+    assert add(0, 0) == 1
+"""
+UNDECLARED_XFAIL = {
+    "raised by the code": "\n\nimport pytest\n\n\ndef add(a, b):\n    if (a, b) == (1, 2):\n"
+    "        pytest.xfail('later')\n    return a + b\n",
+    "marker put on the module": "\n\nimport sys\n\nimport pytest\n\nfor _n, _m in list(sys.modules.items()):\n"
+    "    if _n.endswith('test_add'):\n        _m.pytestmark = [pytest.mark.xfail(reason='later')]\n",
+}
+
+
+def test_an_expected_failure_its_test_file_declares_is_reported_as_one(tmp_path):
+    """Control: a PASS_TO_PASS test that its test file marks ``xfail`` (SWE-bench's lists hold
+    such tests: the harness counts XFAIL as a pass) is reported XFAIL, which the strict reading
+    counts as kept (it was read as a skip: a real pytest fix was refused so)."""
+    v, _, proc = run_strict(tmp_path, "\n\ndef add(a, b):\n    return a + b\n", tests=XFAIL_TESTS)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "XFAIL"}, 1, []), proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("tail", list(UNDECLARED_XFAIL.values()), ids=list(UNDECLARED_XFAIL))
+def test_an_expected_failure_the_test_file_does_not_declare_is_a_skip(tmp_path, tail):
+    """The attack the rule above must not let through: the failing test made an expected
+    failure by the code under test (``pytest.xfail()``, a ``pytestmark`` it puts on the test
+    module while that module imports it): reported SKIPPED, not XFAIL."""
+    v, _, proc = run_strict(tmp_path, tail)
+    assert v.tests.get(F2P) in ("SKIPPED", "FAILED"), (v.tests, proc.stdout[-2000:])
+
+
+REWRITER_TESTS = """import ast
+
+from _pytest.assertion.rewrite import rewrite_asserts
+from pkg import add
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    source = "def test_x():\\n    assert 1 == 1\\n"
+    tree = ast.parse(source)
+    rewrite_asserts(tree, source.encode())
+    assert "@swerl" not in ast.dump(tree) and "@py_assert" in ast.dump(tree)
+"""
+
+
+def test_a_test_calling_pytests_rewriter_itself_gets_pytests(tmp_path):
+    """Control: pytest's own tests call its assertion rewriter (``rewrite_asserts``,
+    ``_read_pyc``) on source of their own; the runner's transform is for the modules pytest's
+    import hook loads, not for what a test asks the rewriter (their checks of the rewritten
+    tree failed)."""
+    v, _, proc = run_strict(tmp_path, "\n\ndef add(a, b):\n    return a + b\n", tests=REWRITER_TESTS)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]

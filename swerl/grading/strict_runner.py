@@ -212,6 +212,61 @@ def _class_node(tree, qualname):
     return node
 
 
+XFAIL_NAMES = frozenset(("xfail", "expectedFailure"))
+
+
+def _says_xfail(nodes):
+    """Whether any of the syntax trees ``nodes`` names an expected failure (``pytest.mark.xfail``,
+    ``unittest.expectedFailure``, a ``pytest.param(..., marks=...xfail)``)."""
+    import ast
+
+    for node in nodes:
+        for sub in ast.walk(node):
+            name = getattr(sub, "attr", None) or getattr(sub, "id", None)
+            if name in XFAIL_NAMES:
+                return True
+    return False
+
+
+def _declares_xfail(item, trees):
+    """Whether ``item`` is an expected failure by its test file's own statements: an xfail
+    marker it was collected with, declared by a decorator of its function or class (or of a
+    class of that name it inherits from) or the module's or class's ``pytestmark``. An xfail
+    the code under test raised (``pytest.xfail()``) or a marker it put on the module at run
+    time is no expected failure: read as a skip. ``trees``: path -> parsed test file."""
+    import ast
+
+    try:
+        if item.get_closest_marker("xfail") is None and not getattr(
+            getattr(item, "obj", None), "__unittest_expecting_failure__", False
+        ):
+            return False
+        path = getattr(getattr(item, "module", None), "__file__", None)
+        if not path:
+            return False
+        if path not in trees:
+            with open(path, "rb") as f:
+                trees[path] = ast.parse(f.read())
+        tree = trees[path]
+    except Exception:
+        return False
+    name = getattr(item, "originalname", None) or getattr(item, "name", "")
+    classes = {c.__name__ for c in getattr(getattr(item, "cls", None), "__mro__", ())}
+
+    def marks(body):
+        return [s.value for s in body if type(s).__name__ == "Assign" and any(
+            getattr(t, "id", None) == "pytestmark" for t in s.targets)]  # fmt: skip
+
+    found = marks(tree.body)
+    for node in ast.walk(tree):
+        kind = type(node).__name__
+        if kind in ("FunctionDef", "AsyncFunctionDef") and node.name == name:
+            found += node.decorator_list
+        elif kind == "ClassDef" and node.name in classes:
+            found += node.decorator_list + marks(node.body)
+    return _says_xfail(found)
+
+
 def _member(node, name):
     """The last statement of class ``node``'s body that binds ``name``, if it is a ``def``."""
     hit = None
@@ -714,7 +769,14 @@ def _watch_equality(reporter):
         installed = os.sep + "site-packages" + os.sep in full or os.sep + "dist-packages" + os.sep in full
         return _inside(full, root) or not installed
 
+    hook = original.__code__.co_filename  # pytest's import hook calls these from its own module;
+
+    def direct():  # a test calling them itself (pytest's own tests of its rewriter) gets pytest's
+        return sys._getframe(2).f_code.co_filename != hook
+
     def rewrite_asserts(mod, *args, **kwargs):
+        if direct():
+            return original(mod, *args, **kwargs)
         paths = [a for a in args if isinstance(a, str) or hasattr(a, "__fspath__")]  # not the source (bytes)
         path = str(paths[0]) if paths else kwargs.get("module_path")
         if path is None or ours(path):
@@ -732,10 +794,10 @@ def _watch_equality(reporter):
             reporter.rewritten.add(str(path))  # the code's co_filename and the module's __file__
 
     def _read_pyc(source, pyc, *args, **kwargs):  # a transformed module is compiled every run
-        return None if ours(source) else read_pyc(source, pyc, *args, **kwargs)
+        return None if ours(source) and not direct() else read_pyc(source, pyc, *args, **kwargs)
 
     def _write_pyc(state, co, *args, **kwargs):  # and leaves no cache an official run would read
-        return False if ours(co.co_filename) else write_pyc(state, co, *args, **kwargs)
+        return False if ours(co.co_filename) and not direct() else write_pyc(state, co, *args, **kwargs)
 
     rewrite.rewrite_asserts, rewrite._read_pyc, rewrite._write_pyc = rewrite_asserts, _read_pyc, _write_pyc
 
@@ -1278,6 +1340,7 @@ class Reporter:
         self.params_why = {}  # node id -> params_changed as its setup started
         self.called = set()  # node ids whose call phase ran through the runner's call wrapper
         self.rewrites = True  # whether pytest rewrites (and the runner transforms) test modules
+        self.declared_xfail, self.xfail_trees = set(), {}  # see _declares_xfail
 
     def _foreign(self, fn):
         return self._file_why(code_file(fn))
@@ -1980,6 +2043,9 @@ class Reporter:
         that one, of that class (``session.items`` is a plain list that any code holding the
         session, e.g. through the rewrite hook on ``sys.meta_path``, can refill)."""
         self.collected = {item.nodeid: (item, type(item), _params(item)) for item in session.items}
+        self.declared_xfail = {
+            item.nodeid for item in session.items if _declares_xfail(item, self.xfail_trees)
+        }
 
     def not_collected(self, item):
         """Why ``item`` is not the test pytest collected under its node id ("" if it is)."""
@@ -2073,8 +2139,8 @@ class Reporter:
             status = "FAILED"
         elif "failed" in (setup[0], teardown[0]):
             status = "ERROR"
-        elif "skipped" in (setup[0], call[0]):
-            status = "XFAIL" if setup[1] or call[1] else "SKIPPED"
+        elif "skipped" in (setup[0], call[0]):  # an expected failure only where its test file says so
+            status = "XFAIL" if (setup[1] or call[1]) and nodeid in self.declared_xfail else "SKIPPED"
         elif call[0] == "passed":
             status = "XPASS" if call[1] else "PASSED"
         else:
