@@ -2735,3 +2735,22 @@ def test_a_test_calling_pytests_rewriter_itself_gets_pytests(tmp_path):
     tree failed)."""
     v, _, proc = run_strict(tmp_path, "\n\ndef add(a, b):\n    return a + b\n", tests=REWRITER_TESTS)
     assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
+
+
+DOCSTRING_ONLY_TESTS = """from pkg import add
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    '''Nothing to check: a test whose body is its docstring (pytest's own tests collect one).'''
+"""
+
+
+def test_a_test_whose_body_is_only_its_docstring_is_collected(tmp_path):
+    """Control: the body-marking transform gave such a test a ``pass`` with no line number, and
+    collecting its module raised (a real pytest fix was refused so: its tests collect one)."""
+    v, _, proc = run_strict(tmp_path, "\n\ndef add(a, b):\n    return a + b\n", tests=DOCSTRING_ONLY_TESTS)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]

@@ -837,7 +837,7 @@ def _mark_bodies(ast, mod, path, prefixes):
             continue
         body = node.body
         head = 1 if body and isinstance(body[0], ast.Expr) and _is_text(body[0].value) else 0
-        rest = body[head:] or [ast.Pass()]
+        rest = body[head:] or [ast.copy_location(ast.Pass(), body[0] if body else node)]  # (a docstring only)
         at = rest[0]
         key = ast.Constant(body_key(path, cls, node.name))
 
