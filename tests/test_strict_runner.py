@@ -40,12 +40,15 @@ def run_strict(
     site: dict | None = None,
     base_text: str | None = None,
     paths: tuple = ("tests/test_add.py",),
+    changed: tuple = ("pkg/__init__.py",),
+    base_files: dict | None = None,
 ) -> tuple:
     """A repo whose ``add`` is wrong, ``tail`` appended to the changed package (and ``files``
     of the base, {path: text}); the runner run as the eval script's ``python -m pytest`` would
     be (``warm``: after an ordinary pytest run left its rewritten test modules in the bytecode
     cache; ``site``: {path: text} of installed packages, outside the repository on the path;
-    ``base_text``: the changed package's text in the base commit, as the grader mirrors it).
+    ``base_text``: the changed package's text in the base commit, as the grader mirrors it;
+    ``changed``: the files the change touched; ``base_files``: {path: base text} of other ones).
     Returns (verdict, key, process)."""
     repo, run = tmp_path / "repo", tmp_path / "run"
     (repo / "pkg").mkdir(parents=True)
@@ -68,10 +71,13 @@ def run_strict(
     shutil.copy(RUNNER_SOURCE, run / "run.py")
     key = secrets.token_hex(32)
     (run / "key").write_text(key)
-    (run / "changed.json").write_text(json.dumps(["pkg/__init__.py"]))
+    (run / "changed.json").write_text(json.dumps(list(changed)))
     if base_text is not None:
         (run / "base-src" / "pkg").mkdir(parents=True)
         (run / "base-src" / "pkg" / "__init__.py").write_text(base_text)
+    for path, text in (base_files or {}).items():
+        (run / "base-src" / path).parent.mkdir(parents=True, exist_ok=True)
+        (run / "base-src" / path).write_text(text)
     env = {**os.environ, "PYTHONSAFEPATH": "1", "SWERL_RUN_DIR": str(run)}
     if site:
         for path, text in site.items():
@@ -2516,3 +2522,82 @@ def test_the_repositorys_own_frame_taking_is_not_the_changes_peek(tmp_path):
         v.refused,
         proc.stdout[-2000:],
     )
+
+
+HELPER = """from pkg import add as _add
+
+
+def assert_equal(a, b):
+    if a != b:
+        raise AssertionError("%r != %r" % (a, b))
+
+
+class Checker:
+    def check(self, a, b):
+        assert_equal(a, b)
+"""
+HELPER_TESTS = """from pkg import add
+from pkg.testing import Checker, assert_equal
+
+
+def test_add():
+    assert_equal(add(1, 2), 3)
+    Checker().check(add(1, 2), 3)
+
+
+def test_zero():
+    assert_equal(add(0, 0), 0)
+"""
+NOOP = "\n\ndef _noop(*args, **kwargs):\n    return None\n"
+NEUTERED = HELPER.replace('        raise AssertionError("%r != %r" % (a, b))', "        pass")
+HELPERS = {  # (tail of pkg/__init__.py, pkg/testing.py as the change leaves it, what is named)
+    "rewritten": ("", NEUTERED, "pkg.testing (its code rewritten)"),
+    "setattr": (
+        NOOP + "\nimport pkg.testing as _t\n\n_t.assert_equal = _noop\n_t.Checker.check = _noop\n",
+        HELPER,
+        "pkg.testing.assert_equal (set by the change's code",
+    ),
+    "dict-write": (
+        NOOP + "\nimport pkg.testing as _t\n\nvars(_t)['assert_equal'] = _noop\n_t.Checker.check = _noop\n",
+        HELPER,
+        "pkg.testing.assert_equal (rebound)",
+    ),
+    "class-method": (
+        NOOP + "\nimport pkg.testing as _t\n\n_t.Checker.check = _noop\n",
+        HELPER,
+        "pkg.testing.Checker.check",
+    ),
+}
+CHECKER_TESTS = HELPER_TESTS.replace("    assert_equal(add(1, 2), 3)\n", "")
+
+
+@pytest.mark.parametrize("case", list(HELPERS), ids=list(HELPERS))
+def test_the_repositorys_test_helpers_cannot_be_neutered_by_the_change(tmp_path, case):
+    """The tests' assertion helpers of the repository's own (``pkg.testing``: sklearn's
+    ``utils._testing``, matplotlib's ``testing``, pylint's ``testutils``) compare in a module
+    pytest does not rewrite; one that no longer fails passes the test unseen by every other rule."""
+    tail, helper, where = HELPERS[case]
+    v, _, proc = run_strict(
+        tmp_path, tail, CHECKER_TESTS if case == "class-method" else HELPER_TESTS, files={"pkg/testing.py": helper},
+        changed=("pkg/__init__.py", "pkg/testing.py"), base_files={"pkg/testing.py": HELPER},
+    )  # fmt: skip
+    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert any("test helper module of the repository" in r and where in r for r in v.refused), v.refused
+
+
+def test_test_helpers_the_tests_patch_or_the_change_leaves_alone_are_not_refused(tmp_path):
+    """A fixed function the helper module imports, a comment added to the helper, the tests'
+    own monkeypatching of a helper and its class (a function of theirs, a builtin)."""
+    gold = "def add(a, b):\n    return a + b\n"
+    tests = HELPER_TESTS + (
+        "\n\ndef test_monkey(monkeypatch):\n    import pkg.testing as t\n\n"
+        "    monkeypatch.setattr(t, 'assert_equal', print)\n    t.Checker.check = lambda self, a, b: None\n"
+        "    assert_equal(1, 1)\n"
+    )
+    v, _, proc = run_strict(
+        tmp_path, "", tests, files={"pkg/__init__.py": gold, "pkg/testing.py": HELPER + "# checked by the tests\n"},
+        changed=("pkg/__init__.py", "pkg/testing.py"), base_files={"pkg/testing.py": HELPER},
+        base_text=BUGGY,
+    )  # fmt: skip
+    want = {F2P: "PASSED", P2P: "PASSED", "tests/test_add.py::test_monkey": "PASSED"}
+    assert (v.tests, v.closed, v.refused) == (want, 1, []), proc.stdout[-2000:]

@@ -1484,6 +1484,12 @@ class Reporter:
                 "a module the tests import no longer holds what its own code bound: "
                 + ", ".join(replaced[:8])
             )
+        helpers = names.helpers_replaced() if names is not None else []
+        if helpers:
+            self.tampered.append(
+                "a test helper module of the repository (its assertion helpers are the tests') was"
+                " changed by the change: " + ", ".join(helpers[:8])
+            )
 
     def _as_bound(self, value, way, names):
         """Whether ``value`` can be what the statement made, whenever it ran (a thread may
@@ -2617,12 +2623,18 @@ class InstalledNames:
         self.writes = []  # [module name, attr, who, frame, value before]: set by the change's code
         self.cls = _recording_module(self)
         self.load = None  # the import system's wrapped _load_unlocked (see watch_imports)
+        self.helpers = {}
+        """{id(module): (module, name, {attr: value}, {class name: (class, {attr: value})})} of each
+        test helper module of the repository (see :func:`_helper_module`) as its import left it."""
+        self.helper_writes = []  # "module.attr (set by ...)": a helper name the change's code set
 
     def take(self, name, mod):
         """Record ``mod`` as its import left it (a module of the repository is the change's to shape)."""
         names = _namespace(mod)
         path = names.get("__file__")
         if isinstance(path, str) and _inside(os.path.abspath(path), self.root):
+            if _helper_module(name) and path not in self.reporter.rewritten:
+                self._take_helper(str(name), mod, names)
             return
         self.before[id(mod)] = (mod, str(name), dict(names))
         if type(mod) is types.ModuleType:  # a module of a class of its own keeps it (by value only)
@@ -2662,6 +2674,16 @@ class InstalledNames:
     def wrote(self, mod, attr, value):
         """``setattr(mod, attr, value)`` on a recorded module: who did it (see :meth:`_who`)."""
         if (attr[:1] == "_" and attr != "__getattr__") or not callable(value):
+            return
+        helper = self.helpers.get(id(mod))
+        if helper is not None and helper[0] is mod:  # the package's own code gets no excuse here
+            self.set[(id(mod), attr)] = value
+            if value is not helper[2].get(attr, _MISSING) and value is not _namespace(mod).get(
+                attr, _MISSING
+            ):
+                who = self._who()
+                if who is not None:
+                    self.helper_writes.append(helper[1] + "." + attr + " (set by " + who[0] + ")")
             return
         entry = self.before.get(id(mod))
         held = _namespace(mod).get(attr, _MISSING)
@@ -2716,6 +2738,83 @@ class InstalledNames:
         gone = {id(w) for w in pending if id(w[3]) in stack}
         self.writes = [w for w in self.writes if id(w) not in gone]
         return bool(gone)
+
+    def _take_helper(self, name, mod, names):
+        """Record a test helper module of the repository (:func:`_helper_module`) as its import
+        left it: its names and its own classes' attributes."""
+        classes = {
+            attr: (value, dict(vars(value)))
+            for attr, value in list(names.items())
+            if isinstance(value, type) and getattr(value, "__module__", None) == name
+        }
+        self.helpers[id(mod)] = (mod, name, dict(names), classes)
+        if type(mod) is types.ModuleType:
+            try:
+                mod.__class__ = self.cls
+            except TypeError:
+                pass
+
+    def helpers_replaced(self):
+        """The test helper modules of the repository (``pkg.testing``, ``sklearn.utils._testing``,
+        ``matplotlib.testing.decorators``, ``pylint.testutils``: :func:`_helper_module`) loaded
+        during the run that are not as the base commit made them: their file's code rewritten by
+        the change (an ``assert_equal`` or ``raises`` that no longer fails: its comparisons are
+        in a module pytest does not rewrite, so no other rule sees them), a public function or a
+        class's method rebound by the change's code (through ``setattr``, or written into the
+        dictionary with code that is not the tests'), or the module in ``sys.modules`` one its
+        file did not make. A test's own monkeypatching is the tests'."""
+        reporter, out = self.reporter, list(self.helper_writes)
+        for name, mod in list(sys.modules.items()):
+            if mod is None or not _helper_module(name):
+                continue
+            names = _namespace(mod)
+            path = names.get("__file__")
+            entry = self.helpers.get(id(mod))
+            if entry is None or entry[0] is not mod:
+                if path not in reporter.rewritten and self._repository_module(name, path):
+                    out.append(name + " (a module its file did not make)")
+                continue
+            if isinstance(path, str) and reporter._file_why(path).startswith("a file the change touched"):
+                trees = reporter._trees(path)
+                import ast
+
+                if trees is not None and ast.dump(trees[0]) != ast.dump(trees[1]):
+                    out.append(name + " (its code rewritten)")
+            places = [(name, names, entry[2])]
+            places += [(name + "." + k, vars(cls), then) for k, (cls, then) in entry[3].items()]
+            for where, now, then in places:
+                if all(map(operator.is_, map(now.get, list(then)), then.values())):
+                    continue
+                for attr, was in then.items():
+                    value = now.get(attr, _MISSING)
+                    if value is was or value is _MISSING or (attr[:1] == "_" and attr != "__getattr__"):
+                        continue
+                    if not (callable(was) or isinstance(was, (staticmethod, classmethod, property))):
+                        continue
+                    if where == name and self.set.get((id(mod), attr), _MISSING) is value:
+                        continue  # set through setattr: judged by who did it (wrote)
+                    if not self._tests_own(value):
+                        out.append(where + "." + attr + " (rebound)")
+        return sorted(set(out))
+
+    def _tests_own(self, value):
+        """Whether ``value`` is code of the tests (a rewritten module, a test directory)."""
+        path = _value_file(value)
+        if not path:
+            return False
+        guard = getattr(self.reporter, "guard", None)
+        full = os.path.realpath(path)
+        return path in self.reporter.rewritten or any(
+            _inside(full, d) for d in getattr(guard, "test_dirs", ())
+        )
+
+    def _repository_module(self, name, path):
+        """Whether the module ``name`` (its file ``path``, if any) is the repository's: its file,
+        or its top-level package's, is inside the repository."""
+        if not isinstance(path, str) or not path:
+            top = sys.modules.get(str(name).split(".")[0])
+            path = _namespace(top).get("__file__") if top is not None else None
+        return isinstance(path, str) and _inside(os.path.realpath(path), self.root)
 
     def replaced(self, imported):
         """The public names (and ``__getattr__``) of the modules of the packages ``imported``
@@ -2778,6 +2877,20 @@ class InstalledNames:
             )
         except Exception:
             return False
+
+
+HELPER_PARTS = frozenset(
+    ("testing", "testutils", "testutil", "test_utils", "testing_utils", "testhelpers", "test_helpers",
+     "testlib", "test_support", "pytester", "tests", "test")
+)  # fmt: skip
+"""Parts of a module's dotted name (less leading underscores) that make it a test helper module."""
+
+
+def _helper_module(name):
+    """Whether the module named ``name`` is a test helper module by its name (``pkg.testing``,
+    ``sklearn.utils._testing``, ``numpy.testing._private.utils``, ``pylint.testutils``,
+    ``_pytest.pytester``, a module of a ``tests`` package)."""
+    return any(part.lstrip("_").lower() in HELPER_PARTS for part in str(name).split("."))
 
 
 def _value_file(value):
