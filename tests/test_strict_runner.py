@@ -2601,3 +2601,91 @@ def test_test_helpers_the_tests_patch_or_the_change_leaves_alone_are_not_refused
     )  # fmt: skip
     want = {F2P: "PASSED", P2P: "PASSED", "tests/test_add.py::test_monkey": "PASSED"}
     assert (v.tests, v.closed, v.refused) == (want, 1, []), proc.stdout[-2000:]
+
+
+PEEK_CODE = """
+import operator as _operator
+import sys as _sys
+import threading as _threading
+import types as _types
+
+_add = add
+
+
+def _tests_constants(read):  # the test modules reached through sys.modules: no event
+    out = []
+    for mod in list(_sys.modules.values()):
+        path = getattr(mod, "__file__", None) or ""
+        if "tests" in path.split("/"):
+            for value in list(vars(mod).values()):
+                if isinstance(value, _types.FunctionType) and value.__name__.startswith("test"):
+                    out += list(read(value).co_consts)
+    return out
+
+
+def _in_a_thread(fn):  # read by a C function, in a thread whose target is C code too
+    box = []
+    thread = _threading.Thread(target=box.extend, args=(map(_operator.attrgetter("__code__"), [fn]),))
+    thread.start()
+    thread.join()
+    return box[0]
+
+
+READ = {
+    "attribute": lambda fn: fn.__code__,
+    "dis": lambda fn: __import__("dis").Bytecode(fn).codeobj,
+    "thread": _in_a_thread,
+}
+
+
+def add(a, b):  # the bug stays; the calling test's expected number is found among its constants
+    out = _add(a, b)
+    for value in _tests_constants(READ[HOW]):
+        if type(value) is int and value != out and abs(value - out) == 2 * abs(b):
+            return value
+    return out
+"""
+
+
+@pytest.mark.parametrize("how", ["attribute", "dis", "thread"])
+def test_the_change_cannot_read_a_tests_code(tmp_path, how):
+    """A test's literals are its code's constants; the test module is reached through
+    ``sys.modules`` (no event), its function's ``__code__`` read directly, through ``dis``, or
+    by a thread of the change's whose target is C code."""
+    v, _, proc = run_strict(tmp_path, PEEK_CODE + f"\nHOW = {how!r}\n")
+    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert any("read a test's code (test_add)" in r for r in v.refused), v.refused
+
+
+INTROSPECTS = """
+import dis as _dis
+import inspect as _inspect
+
+
+def arity(fn):  # the package reads the code of functions it is handed
+    return _inspect.signature(fn), fn.__code__.co_argcount, list(_dis.get_instructions(fn))[:1]
+"""
+INTROSPECTS_TESTS = """import inspect
+
+from pkg import add, arity
+
+
+def helper(x, y):
+    return x + y
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    assert arity(helper)[1] == 2 and arity(lambda x: x)[1] == 1 and add(0, 0) == 0
+    assert inspect.signature(test_add) and test_zero.__code__.co_name == "test_zero"
+"""
+
+
+def test_reading_the_code_of_the_tests_helpers_and_the_tests_own_reads_are_not_refused(tmp_path):
+    """The package reads the code of a helper and a lambda the test hands it; the test reads its
+    own code; pytest reads every test's code to collect it."""
+    v, _, proc = run_strict(tmp_path, INTROSPECTS, INTROSPECTS_TESTS)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]

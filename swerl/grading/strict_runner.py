@@ -65,6 +65,7 @@ HANDS = {
     "pkgutil": frozenset(("get_data",)),
     "importlib._bootstrap_external": frozenset(("get_data", "get_source")),
     "signal": frozenset(("signal",)),
+    "dis": ALL,
 }
 """Standard-library functions (by module: all of them, or these) whose job is to hand the running
 stack's frames, its source text, or a file's text to their caller: a frame or a read they ask for
@@ -2346,6 +2347,29 @@ class Guard:
             f = f.f_back  # a function of a changed file that the change left as the base had it hands too
         return f
 
+    def _test_function(self, fn, _function=types.FunctionType):
+        """Whether ``fn`` is a test function of a module pytest rewrote (at its top level or in a
+        class: not a function a test defines inside itself). Read with no audit event."""
+        if type(fn) is not _function or not self.sources or not fn.__name__.startswith("test"):
+            return False
+        mod = sys.modules.get(fn.__module__) if isinstance(fn.__module__, str) else None
+        return (
+            mod is not None
+            and "<locals>" not in fn.__qualname__
+            and _namespace(mod).get("__file__") in self.sources
+        )
+
+    def _code_read(self, fn):
+        """The change's code read a test function's ``__code__`` (directly, or through a standard
+        library function that hands it over: ``inspect``, ``dis``), or a thread the change started
+        did: its constants are the test's expected values (a test module is reached through
+        ``sys.modules`` with no event; reading its function's code is the event)."""
+        f = self.asker(3)  # _code_read, _check, __call__, then the frame that read it
+        who = f.f_code.co_filename if f is not None and self._mine(f.f_code) else self._thread_owner()
+        why = "the change's code (%s) read a test's code (%s): its constants are the test's expected values"
+        if who and why % (who, fn.__qualname__) not in self.found:
+            self.found.append(why % (who, fn.__qualname__))
+
     def _hands(self, code):
         names = self.hands.get(code.co_filename, _MISSING)
         if names is _MISSING:
@@ -2409,8 +2433,8 @@ class Guard:
         if event not in _events:  # most events end here
             return
         if event == "object.__getattr__":
-            if args[1] not in _frames:  # every ``__code__`` read ends here
-                return
+            if args[1] not in _frames and (args[1] != "__code__" or not self._test_function(args[0])):
+                return  # every other ``__code__`` read ends here
         elif event == "object.__setattr__":  # whatever the name says: compared later, by identity
             self.touched.append(args[0])  # before ``busy``: another thread's assignment counts too
         if self.busy:
@@ -2426,6 +2450,9 @@ class Guard:
     def _check(self, event, args):
         if event in ("os.utime", "os.chmod", "os.chown"):  # metadata only: noted (a test's own
             self._protected(args[0])  # touch of its data changes the ctime), never blamed
+            return
+        if event == "object.__getattr__" and args[1] == "__code__":
+            self._code_read(args[0])
             return
         if event in ("sys._getframe", "object.__getattr__"):
             what = FRAME_ATTRS[args[1]] if event == "object.__getattr__" else "took a frame (sys._getframe)"
