@@ -2689,3 +2689,114 @@ def test_reading_the_code_of_the_tests_helpers_and_the_tests_own_reads_are_not_r
     own code; pytest reads every test's code to collect it."""
     v, _, proc = run_strict(tmp_path, INTROSPECTS, INTROSPECTS_TESTS)
     assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
+
+
+POINT = """import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    x: int
+    y: int
+
+
+class Pair:  # a hand-written equality of fields
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __eq__(self, other):
+        return isinstance(other, Pair) and (self.x, self.y) == (other.x, other.y)
+
+
+def add(a, b):
+    return Point(a - b, 0)
+
+
+def pair(a, b):
+    return Pair(a - b, 0)
+"""
+POINT_TESTS = """from pkg import Pair, Point, add, pair
+
+
+def test_add():
+    assert add(1, 2) == Point(3, 0)
+    assert pair(1, 2) == Pair(3, 0)
+
+
+def test_zero():
+    assert add(0, 0) == Point(0, 0)
+"""
+ANY_FIELDS = """
+
+class _Any:  # equal to anything
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return True
+
+
+_add, _pair = add, pair
+
+
+def add(a, b):
+    return Point(_Any(_add(a, b).x), 0)
+
+
+def pair(a, b):
+    return Pair(_Any(_pair(a, b).x), 0)
+"""
+
+
+@pytest.mark.parametrize("tail", [ANY_FIELDS, ANY_FIELDS.replace("class _Any:", "class _Any(int):").replace(
+    "    def __init__(self, value):\n        self.value = value\n\n", "    __hash__ = int.__hash__\n\n")],
+    ids=["object", "int-subclass"])  # fmt: skip
+def test_an_always_equal_value_inside_a_repository_object_is_refused(tmp_path, tail):
+    """The repository's dataclass (its generated ``__eq__``) or a class comparing its fields by
+    hand holds an always-equal value of the change's: the fields are compared in code the
+    checker does not see, so they are asked too."""
+    v, _, proc = run_strict(
+        tmp_path, tail, POINT_TESTS, files={"pkg/__init__.py": POINT + tail}, base_text=POINT
+    )
+    assert "2 passed" in proc.stdout, proc.stdout[-2000:]  # the attack works in-process
+    assert v.tests.get(F2P) == "FAILED", v.tests
+    assert any("compared a _Any whose __eq__ says it equals anything" in r for r in v.refused), v.refused
+
+
+def test_honest_values_inside_repository_objects_are_not_refused(tmp_path):
+    """Gold, with fields of a value type of the change's own (an int subclass with a repr of its
+    own), a slotted dataclass, and an object whose ``__dict__`` cannot be read."""
+    tail = """
+
+class Count(int):
+    def __repr__(self):
+        return "Count(%d)" % self
+
+
+@dataclasses.dataclass(frozen=True)
+class Slotted:
+    __slots__ = ("x",)
+    x: int
+
+
+class Opaque:
+    @property
+    def __dict__(self):
+        raise RuntimeError("no")
+
+    def __eq__(self, other):
+        return isinstance(other, Opaque)
+
+
+def add(a, b):
+    return Point(Count(a + b), 0)
+
+
+def pair(a, b):
+    return Pair(Slotted(Count(a + b)), Opaque())
+"""
+    tests = POINT_TESTS.replace("Pair(3, 0)", "Pair(Slotted(3), Opaque())").replace(
+        "from pkg import Pair,", "from pkg import Opaque, Pair, Slotted,"
+    )
+    v, _, proc = run_strict(tmp_path, "", tests, files={"pkg/__init__.py": POINT + tail}, base_text=POINT)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]

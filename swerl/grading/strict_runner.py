@@ -418,6 +418,29 @@ def _base_eq(x, other):
     return False
 
 
+def _fields(x):
+    """The attributes an instance holds ({name: value}: its ``__dict__``, or a slotted dataclass's
+    fields), {} if none or they cannot be read: what an equality of fields (a dataclass's, an
+    attrs class's, a hand-written ``__eq__`` of the repository's) compares in code the checker
+    does not see, so an always-equal value of the change's inside a repository object is asked."""
+    try:
+        names = object.__getattribute__(x, "__dict__")
+    except Exception:
+        names = None
+    if isinstance(names, dict):
+        return dict(names)
+    fields = getattr(type(x), "__dataclass_fields__", None)
+    if not isinstance(fields, dict):
+        return {}
+    out = {}
+    for name in list(fields)[:COMPARED_BUDGET]:
+        try:
+            out[name] = object.__getattribute__(x, name)
+        except Exception:
+            continue
+    return out
+
+
 def _slot(x, name, other):
     """``type(x)``'s ``name`` called on ``x`` and ``other`` the way the interpreter's slot
     calls it (a function, a builtin, a ``functools.partial``, a slot wrapper alike: bound
@@ -1609,6 +1632,11 @@ class Reporter:
                 todo.extend((v, dict.get(o, k), "==") for k, v in list(dict.items(x))[:budget])
             elif isinstance(x, (list, tuple, set, frozenset, dict)):
                 todo.extend((v, None, "==") for v in list(x.values() if isinstance(x, dict) else x)[:budget])
+            elif _provider(kind, "__eq__") is not object:  # an object that compares its fields
+                mine = _fields(x)
+                if mine:
+                    theirs = _fields(o) if type(o) is kind else {}
+                    todo.extend((v, theirs.get(k), "==") for k, v in list(mine.items())[:budget])
         return ""
 
     CLAIMS = {"==": ("__eq__", True), "!=": ("__ne__", False)}
