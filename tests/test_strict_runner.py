@@ -1230,7 +1230,7 @@ LENIENT = {  # (tail, tests, reason): the F2P test passes in-process; the grade 
         "        return True\n\n\ndef _wrap(s):\n    out = UserString(s)\n    out.data = _Loose()\n    return out\n"
         + TEXT.format("_wrap"),
         TEXT_TESTS,
-        "compared a _Loose where the test wrote a literal (its equality is the change's)",
+        "compared a _Loose",  # its .data is asked as a field too: "says it equals anything"
     ),
     "userlist": (
         "\n\nfrom collections import UserList\n\n\nclass _Loose(list):\n    def __eq__(self, other):\n"
@@ -1239,7 +1239,7 @@ LENIENT = {  # (tail, tests, reason): the F2P test passes in-process; the grade 
         "from pkg import pieces\n\n\nclass Box:\n    def __init__(self, v):\n        self.v = v\n\n    def __eq__(self, other):\n"
         "        return isinstance(other, Box) and other.v == self.v\n\n\ndef test_add():\n    assert pieces(1, 2) == [Box(3)]\n\n\n"
         "def test_zero():\n    assert pieces(0, 0) == [Box(0)]\n",
-        "compared a _Loose whose list data is not the literal's",
+        "compared a _Loose",  # its .data is asked as a field too: "says it equals anything"
     ),
     "userstring-data-property": (
         "\n\nfrom collections import UserString\n\n\nclass _Text(UserString):  # .data read through a property\n"
@@ -2800,3 +2800,78 @@ def pair(a, b):
     )
     v, _, proc = run_strict(tmp_path, "", tests, files={"pkg/__init__.py": POINT + tail}, base_text=POINT)
     assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
+
+
+LYING_FLOAT = """
+
+class _F(float):  # its data is the bug's; its arithmetic says it is whatever it is compared with
+    def __sub__(self, other):
+        return 0.0
+
+    def __rsub__(self, other):
+        return 0.0
+
+
+_add = add
+
+
+def add(a, b):
+    return _F(_add(a, b))
+"""
+ALMOST_TESTS = {
+    "approx": "import pytest\n\nfrom pkg import add\n\n\ndef test_add():\n    assert add(1, 2) == pytest.approx(3.0)\n\n\n"
+    "def test_zero():\n    assert add(0, 0) == 0\n",
+    "approx-list": "import pytest\n\nfrom pkg import add\n\n\ndef test_add():\n"
+    "    assert [add(1, 2), 1.0] == pytest.approx([3.0, 1.0])\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n",
+    "assertAlmostEqual": "import unittest\n\nfrom pkg import add\n\n\ndef test_add():\n"
+    "    unittest.TestCase().assertAlmostEqual(add(1, 2), 3.0)\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n",
+}
+
+
+@pytest.mark.parametrize("how", list(ALMOST_TESTS))
+def test_a_number_whose_arithmetic_lies_is_read_by_its_data_where_compared_approximately(tmp_path, how):
+    """``pytest.approx`` and ``assertAlmostEqual`` subtract the two sides: a ``float`` subclass
+    of the change's whose subtraction says 0 passes them with the bug's data."""
+    v, _, proc = run_strict(tmp_path, LYING_FLOAT, ALMOST_TESTS[how])
+    assert "2 passed" in proc.stdout, proc.stdout[-2000:]  # the attack works in-process
+    assert v.tests.get(F2P) == "FAILED", v.tests
+    assert any("number data is not" in r for r in v.refused), v.refused
+
+
+def test_honest_number_subclasses_compared_approximately_are_not_refused(tmp_path):
+    """Gold returning a ``float`` subclass of its own whose arithmetic keeps its data (a unit)."""
+    tail = (
+        "\n\nclass Meters(float):\n    def __sub__(self, other):\n        return Meters(float(self) - other)\n\n"
+        "    def __rsub__(self, other):\n        return Meters(other - float(self))\n\n\n"
+        "def add(a, b):\n    return Meters(a + b + 1e-12)\n"
+    )
+    tests = (
+        ALMOST_TESTS["approx"]
+        + ALMOST_TESTS["assertAlmostEqual"]
+        .split("\n\n\ndef test_zero")[0]
+        .replace("def test_add", "def test_almost")
+        .replace("import unittest\n\nfrom pkg import add\n", "import unittest\n")
+        + "\n"
+    )
+    tests = tests.replace("assert add(0, 0) == 0", "assert add(0, 0) == pytest.approx(0.0, abs=1e-9)")
+    v, _, proc = run_strict(tmp_path, tail, tests)
+    want = {F2P: "PASSED", P2P: "PASSED", "tests/test_add.py::test_almost": "PASSED"}
+    assert (v.tests, v.closed, v.refused) == (want, 1, []), proc.stdout[-2000:]
+
+
+def test_a_helper_module_of_the_tests_directory_cannot_be_neutered_by_the_change(tmp_path):
+    """``tests/helpers.py``, imported by the tests as the top-level ``helpers`` (pytest puts the
+    tests' directory on the path): its name says nothing, its place does."""
+    tests = HELPER_TESTS.replace("from pkg.testing import Checker, assert_equal\n", "import helpers\n")
+    tests = tests.replace("    Checker().check(add(1, 2), 3)\n", "").replace(
+        "assert_equal(", "helpers.assert_equal("
+    )
+    tail = (
+        NOOP
+        + "\n\nimport helpers as _helpers  # the tests' directory is on the path by now\n\n_helpers.assert_equal = _noop\n"
+    )
+    v, _, proc = run_strict(
+        tmp_path, tail, tests, files={"tests/helpers.py": HELPER.replace("from pkg import add as _add\n", "")}
+    )
+    assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
+    assert any("helpers.assert_equal (set by the change's code" in r for r in v.refused), v.refused

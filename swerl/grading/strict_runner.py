@@ -418,6 +418,31 @@ def _base_eq(x, other):
     return False
 
 
+def _number_data(x):
+    """``x`` with each instance of an ``int`` / ``float`` / ``complex`` subclass in it (in lists,
+    tuples and dict values) read as its builtin data: what its arithmetic would give if the
+    subclass did not override it (``x`` itself when it holds none)."""
+    kind = type(x)
+    if kind in PLAIN:
+        return x
+    base = _base(kind)
+    if base in (int, float, complex):
+        return base.__add__(x, base())
+    if kind in (list, tuple):
+        items = [_number_data(v) for v in x[:COMPARED_BUDGET]]
+        return x if all(map(operator.is_, items, x)) else kind(items)
+    if kind is dict:
+        values = {k: _number_data(v) for k, v in list(x.items())[:COMPARED_BUDGET]}
+        return x if all(values[k] is v for k, v in x.items() if k in values) else values
+    return x
+
+
+def _approx(value):
+    """Whether ``value`` is a ``pytest.approx(...)``: its equality runs the other side's arithmetic."""
+    kind = type(value)
+    return kind.__module__ == "_pytest.python_api" and kind.__name__.startswith("Approx")
+
+
 def _fields(x):
     """The attributes an instance holds ({name: value}: its ``__dict__``, or a slotted dataclass's
     fields), {} if none or they cannot be read: what an equality of fields (a dataclass's, an
@@ -1215,6 +1240,8 @@ def _watch_assert(case, name, op, reporter):
                 equal = False
             if equal:
                 reporter.compared(("==",), (first, second))
+            else:  # passed by arithmetic: the operands' own, unless read as their builtin data
+                reporter.almost_why(first, second, lambda a, b: original(self, a, b, *args, **kwargs))
             return
         if op != "count":
             reporter.compared((op,), (first, second))
@@ -1592,12 +1619,50 @@ class Reporter:
                 why = why or self._in_why(a, b, lit)
             elif op in ("==", "!="):
                 why = self._anything_equal(a, b, op) or self._anything_equal(b, a, op)
+                if not why and op == "==":
+                    why = self._approx_why(a, b) or self._approx_why(b, a)
                 if not why and lit in (0, 1):
                     why = self._holds(operands[1 - lit], operands[lit])
         if why:
             self.raised.add(self.current)
             where = "test " + str(self.current) if self.current else "code outside a test"
             self.tampered.append(where + " compared " + why)
+
+    def _approx_why(self, value, other):
+        """Why ``value``, said equal to ``pytest.approx(...)`` (``other``), is not approximately
+        the expected value by its builtin data ("" if it is): approx subtracts the two, so a
+        ``float`` subclass whose ``__rsub__`` says 0 would pass with any data."""
+        if not _approx(other):
+            return ""
+        plain = _number_data(value)
+        if plain is value:
+            return ""
+        try:
+            said = other == plain
+            ok = said is True or (said is not False and bool(said))
+        except Exception:
+            ok = False
+        return (
+            ""
+            if ok
+            else "a " + type(value).__name__ + " equal to pytest.approx(...) whose number data is not"
+        )
+
+    def almost_why(self, first, second, check):
+        """``assertAlmostEqual`` passed by arithmetic (its operands not ``==``): ``check`` (the
+        original assert) must pass on their builtin number data too; else record why."""
+        plain = (_number_data(first), _number_data(second))
+        if plain[0] is first and plain[1] is second:
+            return
+        try:
+            check(*plain)
+        except AssertionError:
+            kind = type(first if plain[0] is not first else second).__name__
+            self.raised.add(self.current)
+            where = "test " + str(self.current) if self.current else "code outside a test"
+            self.tampered.append(
+                where + " passed assertAlmostEqual with a " + kind + " whose number data is not almost equal"
+            )
 
     def _const_changed(self, operands):
         """Why an operand is a test module's literal constant whose data was changed in place
@@ -2688,7 +2753,7 @@ class InstalledNames:
         names = _namespace(mod)
         path = names.get("__file__")
         if isinstance(path, str) and _inside(os.path.abspath(path), self.root):
-            if _helper_module(name) and path not in self.reporter.rewritten:
+            if path not in self.reporter.rewritten and (_helper_module(name) or self._in_test_dir(path)):
                 self._take_helper(str(name), mod, names)
             return
         self.before[id(mod)] = (mod, str(name), dict(names))
@@ -2819,16 +2884,18 @@ class InstalledNames:
         dictionary with code that is not the tests'), or the module in ``sys.modules`` one its
         file did not make. A test's own monkeypatching is the tests'."""
         reporter, out = self.reporter, list(self.helper_writes)
-        for name, mod in list(sys.modules.items()):
-            if mod is None or not _helper_module(name):
+        for name, mod in list(sys.modules.items()):  # a module put in a helper's place
+            if mod is None or not _HELPER_NAME.search(name):
                 continue
-            names = _namespace(mod)
-            path = names.get("__file__")
             entry = self.helpers.get(id(mod))
             if entry is None or entry[0] is not mod:
+                path = _namespace(mod).get("__file__")
                 if path not in reporter.rewritten and self._repository_module(name, path):
                     out.append(name + " (a module its file did not make)")
-                continue
+        for mod, name, before, classes in list(self.helpers.values()):
+            names = _namespace(mod)
+            path = names.get("__file__")
+            entry = (mod, name, before, classes)
             if isinstance(path, str) and reporter._file_why(path).startswith("a file the change touched"):
                 trees = reporter._trees(path)
                 import ast
@@ -2851,6 +2918,13 @@ class InstalledNames:
                     if not self._tests_own(value):
                         out.append(where + "." + attr + " (rebound)")
         return sorted(set(out))
+
+    def _in_test_dir(self, path):
+        """Whether ``path`` is a file of the run's test directories (a ``tests/utils.py`` that
+        pytest's rootdir insertion imports as the top-level ``utils``)."""
+        guard = getattr(self.reporter, "guard", None)
+        full = os.path.realpath(path)
+        return any(_inside(full, d) for d in getattr(guard, "test_dirs", ()))
 
     def _tests_own(self, value):
         """Whether ``value`` is code of the tests (a rewritten module, a test directory)."""
@@ -2941,11 +3015,14 @@ HELPER_PARTS = frozenset(
 """Parts of a module's dotted name (less leading underscores) that make it a test helper module."""
 
 
+_HELPER_NAME = re.compile(r"(?:^|\.)_*(?:" + "|".join(sorted(HELPER_PARTS)) + r")(?:\.|$)", re.I)
+
+
 def _helper_module(name):
     """Whether the module named ``name`` is a test helper module by its name (``pkg.testing``,
     ``sklearn.utils._testing``, ``numpy.testing._private.utils``, ``pylint.testutils``,
     ``_pytest.pytester``, a module of a ``tests`` package)."""
-    return any(part.lstrip("_").lower() in HELPER_PARTS for part in str(name).split("."))
+    return _HELPER_NAME.search(str(name)) is not None
 
 
 def _value_file(value):
