@@ -3112,3 +3112,40 @@ def test_a_test_whose_body_is_only_its_docstring_is_collected(tmp_path):
     collecting its module raised (a real pytest fix was refused so: its tests collect one)."""
     v, _, proc = run_strict(tmp_path, "\n\ndef add(a, b):\n    return a + b\n", tests=DOCSTRING_ONLY_TESTS)
     assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
+
+
+NAMEDTUPLE_DEFAULTS = """
+
+import collections
+import typing
+
+
+class Token(typing.NamedTuple):
+    kind: str
+    start: int = 0
+
+
+Pair = collections.namedtuple("Pair", "a b", defaults=(0,))
+
+
+def add(a, b):
+    return a + b
+"""
+NAMEDTUPLE_TESTS = """from pkg import Pair, Token, add
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_zero():
+    assert Token("x").start == 0 and Pair(1).b == 0
+"""
+
+
+def test_named_tuples_with_defaults_in_a_changed_file_are_not_refused(tmp_path):
+    """Control: a changed file that defines a ``typing.NamedTuple`` or ``namedtuple`` with
+    defaults: the standard library gives its generated ``__new__`` its defaults while the
+    changed file imports (a real parso fix was refused as replacing a lambda's defaults)."""
+    v, _, proc = run_strict(tmp_path, NAMEDTUPLE_DEFAULTS, tests=NAMEDTUPLE_TESTS)
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]

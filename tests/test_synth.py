@@ -299,3 +299,43 @@ def test_mined_tests_are_node_ids_of_the_commits_test_files(tmp_path):
     statuses = parse_log_pytest(out, None)
     assert "test_inner.py::test_y" in statuses, out[-2000:]  # the inner run's line, parsed as a test
     assert passing(statuses, ["testing/test_nested.py"]) == {"testing/test_nested.py::test_outer"}
+
+
+def test_a_commits_conftest_and_test_helpers_go_to_its_test_patch(tmp_path):
+    """A fix commit that also edits the root conftest.py and a helper under tests/ (parso's
+    did): those are the tests' side, as SWE-bench splits them; in the fix, strict grading
+    reverts them and the gold patch would never resolve there."""
+    from swerl.tasks.synth.mine import commits
+    from swerl.tasks.synth.repo import prepare
+
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "tests").mkdir()
+
+    def commit(files: dict[str, str], message: str) -> None:
+        for path, text in files.items():
+            (src / path).write_text(text)
+        subprocess.run(["git", "add", "-A"], cwd=src, check=True)
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message],
+            cwd=src,
+            check=True,
+        )
+
+    subprocess.run(["git", "init", "-q", "-b", "main", str(src)], check=True)
+    commit({"pkg/__init__.py": "X = 1\n", "tests/test_x.py": "def test_x():\n    pass\n"}, "base")
+    commit(
+        {
+            "pkg/__init__.py": "X = 2\n",
+            "tests/test_x.py": "def test_x(two):\n    pass\n",
+            "conftest.py": "import pytest\n\n\n@pytest.fixture\ndef two():\n    return 2\n",
+            "tests/helpers.py": "Y = 2\n",
+        },
+        "fix",
+    )
+    ((_, _, tests, other, message),) = commits(prepare(str(src), tmp_path / "work"))
+    assert (sorted(tests), other, message.strip()) == (
+        ["conftest.py", "tests/helpers.py", "tests/test_x.py"],
+        ["pkg/__init__.py"],
+        "fix",
+    )

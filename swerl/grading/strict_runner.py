@@ -2411,6 +2411,17 @@ class Guard:
         """Whether the change's code compiled under the ``<...>`` name ``name`` and no other code did."""
         return name in self.made and name not in self.shared
 
+    @staticmethod
+    def _stdlib_made(fn):
+        """Whether ``fn`` is a function the standard library generated (``eval`` under a
+        ``<...>`` name, no file's function) being given its defaults by the standard library's
+        own statement: ``namedtuple``'s ``__new__`` (a ``typing.NamedTuple`` with defaults that
+        a changed file defines; a fix to parso's tokenizer was refused so)."""
+        name = getattr(getattr(fn, "__code__", None), "co_filename", None)
+        if not isinstance(name, str) or not name.startswith("<"):
+            return False
+        return bool(_stdlib_module(sys._getframe(3).f_code.co_filename))  # past _check and the hook
+
     def _mine(self, code):
         """Whether ``code`` is the change's own: from a changed file, or compiled by the change's
         code under a ``<...>`` name no other code compiled under."""
@@ -2679,6 +2690,8 @@ class Guard:
                 return  # a function of the change's own making: as if it had written it that way
             if self._copy(args[0]):  # a copy the change's code made (boltons' copy_function)
                 self.copies[id(args[0])] = args[0]
+                return
+            if args[1] in ("__defaults__", "__kwdefaults__") and self._stdlib_made(args[0]):
                 return
             what = "replaced the " + args[1] + " of " + str(getattr(args[0], "__qualname__", args[0]))
         elif event == "function.__new__":  # types.FunctionType(code, ...): before the function exists

@@ -22,8 +22,22 @@ from swerl.tasks.synth.repo import Repo, _is_test, git
 log = logging.getLogger(__name__)
 
 
+TEST_DIRS = ("tests", "test", "testing")
+
+
+def _test_infra(path: str) -> bool:
+    """A file the tests' side of a commit holds besides test files: a ``conftest.py``, a file
+    under a test directory (helpers, data). It goes into the test patch, as SWE-bench's split
+    puts it, never into the fix: strict grading reverts test infrastructure a fix touches, so
+    a gold patch holding it would not resolve there."""
+    parts = path.split("/")
+    return parts[-1] == "conftest.py" or any(p in TEST_DIRS for p in parts[:-1])
+
+
 def commits(repo: Repo, limit: int | None = None) -> list[tuple[str, str, list[str], list[str], str]]:
-    """(commit, parent, test files, other files, message) of first-parent commits changing both."""
+    """(commit, parent, files of the test patch, other files, message) of first-parent commits
+    changing tests and source; the test patch's files are the tests (run) and their
+    infrastructure (:func:`_test_infra`)."""
     out = []
     for line in git(
         repo.path, "rev-list", "--first-parent", "--no-merges", "--parents", repo.head
@@ -33,9 +47,9 @@ def commits(repo: Repo, limit: int | None = None) -> list[tuple[str, str, list[s
             continue  # the root commit has no parent to fail at
         commit, parent = parts
         files = [f for f in git(repo.path, "diff", "--name-only", "-z", parent, commit).split("\0") if f]
-        tests = [f for f in files if _is_test(f)]
-        other = [f for f in files if not _is_test(f)]
-        if tests and any(f.endswith(".py") for f in other):
+        tests = [f for f in files if _is_test(f) or _test_infra(f)]
+        other = [f for f in files if f not in tests]
+        if any(map(_is_test, tests)) and any(f.endswith(".py") for f in other):
             out.append((commit, parent, tests, other, git(repo.path, "log", "-1", "--format=%B", commit)))
         if limit and len(out) >= limit:
             break
@@ -106,7 +120,7 @@ def mine(
                 *[f":(exclude){t}" for t in tests],
             )
             sb.write_file("/tmp/swerl_test.patch", test_patch.encode())
-            files = " ".join(map(shlex.quote, tests))
+            files = " ".join(shlex.quote(t) for t in tests if _is_test(t))  # (run: the tests only)
             before_cmd = (f"git checkout -qf {parent} && git clean -fdqx && git apply /tmp/swerl_test.patch && "
                           f"{test_command} {files}")  # fmt: skip
             after_cmd = f"git checkout -qf {commit} && git clean -fdqx && {test_command} {files}"
@@ -120,7 +134,7 @@ def mine(
             if b1 != b2 or a1 != a2 or not f2p:
                 continue
             # new test files exist only with the test patch: every test they hold fails at the parent
-            out.append(Candidate("mine", repo, f2p, p2p, tests, {}, None, max(s for _, s in runs[2:]),
+            out.append(Candidate("mine", repo, f2p, p2p, [t for t in tests if _is_test(t)], {}, None, max(s for _, s in runs[2:]),
                                  parent, fix, test_patch, message))  # fmt: skip
         r = sb.execute(f"git checkout -qf {repo.head}", cwd="/testbed")
         if r.returncode != 0:
