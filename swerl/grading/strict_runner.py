@@ -127,21 +127,27 @@ def snapshot(extra=()):
     ``isinstance``, ...): the test code calls them by name, so package code that replaces one
     changes what every test reads."""
     seen = Seen()
-    top = seen.group(("modules",), sys.modules)
+    mod_names, mods = [], []
     for name, mod in list(sys.modules.items()):
         if mod is None or (name.split(".")[0] not in WATCHED and name not in extra and name != "builtins"):
             continue
-        top.append((name, ("module", name), mod))
+        mod_names.append(name)
+        mods.append(mod)
         members = vars(mod)
-        group = seen.group(("module", name), members)
+        names, values = [], []
         for attr, value in list(members.items()):
             if callable(value) or isinstance(value, property):
-                group.append((attr, (name, attr), value))
+                names.append(attr)
+                values.append(value)
             if isinstance(value, type) and getattr(value, "__module__", "") == name != "builtins":
-                cgroup = seen.group(("class", name, attr), vars(value))
+                cnames, cvalues = [], []
                 for cattr, cvalue in list(vars(value).items()):
                     if callable(cvalue) or isinstance(cvalue, (property, staticmethod, classmethod)):
-                        cgroup.append((cattr, (name, attr, cattr), cvalue))
+                        cnames.append(cattr)
+                        cvalues.append(cvalue)
+                seen.add(("class", name, attr), vars(value), cnames, cvalues)
+        seen.add(("module", name), members, names, values)
+    seen.add(("modules",), sys.modules, mod_names, mods)
     return seen.done()
 
 
@@ -231,71 +237,78 @@ def _provider(cls, name):
     return next((k for k in cls.__mro__ if name in vars(k)), object)
 
 
-class Seen(dict):
-    """``snapshot``'s record ({key: object}, and {("body", *key): (function, *its BODY)}),
-    grouped by the mapping that holds each entry (``sys.modules``, a module's dict, a class's
-    dict) so that :meth:`candidates` compares thousands of them by identity in C and
-    :func:`changed_since` reads one by one only those that differ."""
+class Seen:
+    """``snapshot``'s record: for each mapping that holds entries (``sys.modules``, a module's
+    dict, a class's dict) the names and the objects, by identity, and each function's body
+    (:data:`BODY`). Kept as flat tuples, no key per entry (thousands of them, made on every
+    run's start-up path): :meth:`candidates` compares them in C and makes keys only for
+    those that differ."""
 
     def __init__(self):
-        dict.__init__(self)
-        self.groups, self.bodies = [], []
+        self.groups = []
+        self.fns, self.at, self.then = (), (), ()
 
-    def group(self, where, mapping):
-        items = []
-        self.groups.append((where, mapping, items))
-        return items
+    def add(self, where, mapping, names, values):
+        if names:
+            self.groups.append((where, mapping, tuple(names), tuple(values)))
 
-    def done(self):
-        groups = []
-        for where, mapping, items in self.groups:
-            if not items:
+    def done(self, _function=types.FunctionType):
+        fns, at = [], []
+        for g, (where, _, _, values) in enumerate(self.groups):
+            if where[0] == "modules":
                 continue
-            names, keys, values = (tuple(x) for x in zip(*items))  # noqa: B905 (3.6 syntax)
-            self.update(zip(keys, values))  # noqa: B905
-            groups.append((where, mapping, names, keys, values))
-            if where[0] != "modules":
-                for key, value in zip(keys, values):  # noqa: B905
+            for i, value in enumerate(values):
+                fn = value
+                if type(value) is not _function:
                     fn = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
-                    code = getattr(fn, "__code__", None)
-                    if code is not None:
-                        body = (
-                            fn,
-                            code,
-                            getattr(fn, "__defaults__", None),
-                            getattr(fn, "__kwdefaults__", None),
-                        )
-                        self[("body", *key)] = body
-                        self.bodies.append((("body", *key), body))
-        self.groups = groups
+                    if getattr(fn, "__code__", None) is None:
+                        continue
+                fns.append(fn)
+                at.append((g, i))
+        self.fns, self.at = tuple(fns), tuple(at)
+        self.then = tuple(tuple(map(getattr, fns, itertools.repeat(a), itertools.repeat(None))) for a in BODY)
         return self
 
-    def candidates(self, touched=None, _is=operator.is_, _get=operator.attrgetter):
-        """The keys whose value may have changed: those no longer identical to the record
-        (with the class entries of a class the module no longer holds), and the bodies of
-        the functions in ``touched`` (every object whose attribute assignment the audit hook
-        saw: a body is assigned only so) or, without it, of every function whose body is no
-        longer identical."""
+    def _key(self, g, i):
+        where, names = self.groups[g][0], self.groups[g][2]
+        return ("module", names[i]) if where[0] == "modules" else (*where[1:], names[i])
+
+    def _body(self, j):
+        g, i = self.at[j]
+        return ("body", *self._key(g, i)), (self.fns[j], *(then[j] for then in self.then))
+
+    def candidates(self, touched=None, _is=operator.is_, _function=types.FunctionType):
+        """(key, object as recorded) of the entries that may have changed: those no longer
+        identical to the record (with the class entries of a class the module no longer
+        holds), and the bodies ({("body", *key): (function, *its BODY)}) of the functions in
+        ``touched`` (every object whose attribute assignment the audit hook saw: a body is
+        assigned only so) or, without it, of every function whose body is no longer
+        identical."""
         out, gone = [], set()
-        for where, mapping, names, keys, values in self.groups:
-            now = list(map(mapping.get, names))
-            if all(map(_is, now, values)):
+        for g, (where, mapping, names, values) in enumerate(self.groups):
+            same = list(map(_is, map(mapping.get, names), values))
+            if all(same):
                 continue
-            for i in [i for i, same in enumerate(map(_is, now, values)) if not same]:
-                out.append(keys[i])
+            for i in [i for i, ok in enumerate(same) if not ok]:
+                out.append((self._key(g, i), values[i]))
                 if where[0] == "module":
                     gone.add((where[1], names[i]))
-        out += [k for where, _, _, keys, _ in self.groups if where[1:] in gone for k in keys]
-        if touched is not None:
-            ids = set(map(id, touched))
-            return out + [key for key, body in self.bodies if id(body[0]) in ids]
-        fns = [body[0] for _, body in self.bodies]
-        for i, attr in enumerate(BODY, 1):
-            then = [body[i] for _, body in self.bodies]
-            now = list(map(_get(attr), fns))
-            if not all(map(_is, now, then)):
-                out += [key for (key, _), a, b in zip(self.bodies, now, then) if a is not b]  # noqa: B905
-        return out
+        for g, (where, _, _, values) in enumerate(self.groups):
+            if where[1:] in gone:
+                out += [(self._key(g, i), v) for i, v in enumerate(values)]
+        if touched is not None:  # a function hashes by identity, and without a call of ``id``
+            fns = {t for t in touched if type(t) is _function}  # (an audit event per call)
+            other = set(map(id, (t for t in touched if type(t) is not _function)))
+            return out + [
+                self._body(j)
+                for j, fn in enumerate(self.fns)
+                if (fn in fns if type(fn) is _function else id(fn) in other)
+            ]
+        moved = set()
+        for attr, then in zip(BODY, self.then):  # noqa: B905 (3.6 syntax)
+            now = map(getattr, self.fns, itertools.repeat(attr), itertools.repeat(None))
+            moved.update(j for j, a, b in zip(itertools.count(), now, then) if a is not b)
+        return out + [self._body(j) for j in sorted(moved)]
 
 
 def _own(value):
@@ -326,8 +339,7 @@ def changed_since(seen, foreign=lambda value: "foreign", touched=None):
     pytest too: hypothesis wraps ``FixtureFunctionMarker.__call__`` when pytest loads it).
     ``touched``: the functions whose body the audit hook saw assigned (None: compare all)."""
     out = []
-    for key in seen.candidates(touched):
-        value = seen[key]
+    for key, value in seen.candidates(touched):
         if key[0] == "body":
             fn = value[0]
             now = tuple(getattr(fn, a, None) for a in BODY)
