@@ -3263,13 +3263,29 @@ def _take_key(path):
 
 def _not_dumpable():
     """Keep the test process (same user) out of the parent's memory: with the parent not
-    dumpable, /proc/PID/mem and ptrace need CAP_SYS_PTRACE, which containers lack by default."""
+    dumpable, /proc/PID/mem and ptrace need CAP_SYS_PTRACE, which containers lack by default.
+    ``prctl`` through ``_ctypes`` itself: the ``ctypes`` package's import (its types, struct,
+    endianness) is most of the cost, and the child waits for this."""
     try:
-        import ctypes
+        import _ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        class Int(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class Function(_ctypes.CFuncPtr):
+            _flags_, _restype_ = _ctypes.FUNCFLAG_CDECL, Int
+
+        class Library:
+            _handle = _ctypes.dlopen(None, 0)
+
+        Function(("prctl", Library()))(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
     except Exception:
-        pass
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+        except Exception:
+            pass
 
 
 if __name__ == "__main__":
