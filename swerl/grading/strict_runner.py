@@ -246,7 +246,7 @@ class Seen:
 
     def __init__(self):
         self.groups = []
-        self.fns, self.at, self.then = (), (), ()
+        self.fns, self.at, self.then, self.other = (), (), (), ()
 
     def add(self, where, mapping, names, values):
         if names:
@@ -266,6 +266,7 @@ class Seen:
                 fns.append(fn)
                 at.append((g, i))
         self.fns, self.at = tuple(fns), tuple(at)
+        self.other = tuple(j for j, fn in enumerate(fns) if type(fn) is not _function)
         self.then = tuple(tuple(map(getattr, fns, itertools.repeat(a), itertools.repeat(None))) for a in BODY)
         return self
 
@@ -298,12 +299,11 @@ class Seen:
                 out += [(self._key(g, i), v) for i, v in enumerate(values)]
         if touched is not None:  # a function hashes by identity, and without a call of ``id``
             fns = {t for t in touched if type(t) is _function}  # (an audit event per call)
-            other = set(map(id, (t for t in touched if type(t) is not _function)))
-            return out + [
-                self._body(j)
-                for j, fn in enumerate(self.fns)
-                if (fn in fns if type(fn) is _function else id(fn) in other)
-            ]
+            hit = [j for j, fn in enumerate(self.fns) if type(fn) is _function and fn in fns] if fns else []
+            if self.other:  # a body held by something else than a function (rare): by id
+                ids = set(map(id, (t for t in touched if type(t) is not _function)))
+                hit += [j for j in self.other if id(self.fns[j]) in ids]
+            return out + [self._body(j) for j in sorted(hit)]
         moved = set()
         for attr, then in zip(BODY, self.then):  # noqa: B905 (3.6 syntax)
             now = map(getattr, self.fns, itertools.repeat(attr), itertools.repeat(None))
@@ -565,7 +565,20 @@ def _watch_equality(reporter):
 
     from _pytest.assertion import rewrite
 
-    seen, hits, frame, plain = reporter.compared, reporter.hits, sys._getframe, PLAIN
+    seen, hits, plain = reporter.compared, reporter.hits, PLAIN
+
+    def caller(depth, attr, _frame=sys._getframe):
+        """``attr`` of the frame ``depth`` levels above the checker calling this, taken with the
+        guard told it is the runner's own doing (asked on every comparison: without it, each
+        ``sys._getframe`` and ``f_code`` read went through the guard's whole question)."""
+        guard = reporter.guard
+        if guard is None or guard.busy:
+            return getattr(_frame(depth + 1), attr)
+        guard.busy = True
+        try:
+            return getattr(_frame(depth + 1), attr)
+        finally:
+            guard.busy = False
 
     # ``site``: the number of a comparison every passing run of its test function makes (see
     # _must_run); ``lit``: which operand the test wrote as a literal (-1: neither; see
@@ -573,7 +586,7 @@ def _watch_equality(reporter):
     def eq(a, b, lit=-1, site=None):
         __tracebackhide__ = True  # pytest leaves this frame out of a failure's traceback
         if site is not None:
-            hits.add((site, frame(1).f_code))
+            hits.add((site, caller(1, "f_code")))
         r = a == b
         if r is not False and not (type(a) in plain and type(b) in plain):
             seen(("==",), (a, b), lit)
@@ -582,7 +595,7 @@ def _watch_equality(reporter):
     def ne(a, b, lit=-1, site=None):
         __tracebackhide__ = True
         if site is not None:
-            hits.add((site, frame(1).f_code))
+            hits.add((site, caller(1, "f_code")))
         r = a != b
         if r is not True and not (type(a) in plain and type(b) in plain):
             seen(("!=",), (a, b), lit)
@@ -591,7 +604,7 @@ def _watch_equality(reporter):
     def in_(a, b, lit=-1, site=None):
         __tracebackhide__ = True
         if site is not None:
-            hits.add((site, frame(1).f_code))
+            hits.add((site, caller(1, "f_code")))
         r = a in b
         if r and not (type(a) in plain and type(b) in plain):
             seen(("in",), (a, b), lit)
@@ -600,7 +613,7 @@ def _watch_equality(reporter):
     def not_in(a, b, lit=-1, site=None):
         __tracebackhide__ = True
         if site is not None:
-            hits.add((site, frame(1).f_code))
+            hits.add((site, caller(1, "f_code")))
         r = a not in b
         if not r and not (type(a) in plain and type(b) in plain):
             seen(("in",), (a, b), lit)
@@ -651,10 +664,10 @@ def _watch_equality(reporter):
         "_swerl_chain",
     )
 
-    def bound(names, data=(), _frame=sys._getframe):
+    def bound(names, data=()):
         """Record what a test module's import / def / class statement bound (see _bindings),
         and a copy of each constant ``data`` names (a literal display: see Reporter.compared)."""
-        space = _frame(1).f_globals
+        space = caller(1, "f_globals")
         held = reporter.bound.setdefault(id(space), (space, {}))[1]
         for name in names:
             held[name] = space.get(name, _MISSING)
@@ -664,10 +677,10 @@ def _watch_equality(reporter):
 
     bodies, real = reporter.bodies, {}
 
-    def body(key, _frame=sys._getframe):
+    def body(key):
         """Whether the function calling a body checker is the one ``key`` names (its file and
         name): the checkers are reachable as module attributes, a call from elsewhere is forged."""
-        code = _frame(2).f_code
+        code = caller(2, "f_code")
         path, _, name = key.rpartition("::")
         if code.co_filename not in real:
             real[code.co_filename] = os.path.realpath(code.co_filename)
@@ -1244,6 +1257,7 @@ class Reporter:
         self.channel, self.seen, self.changed, self.root = channel, seen, changed, root
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
+        self.startup_fns, self.guard = set(), None
         self.eq_code = {}  # (type, method name) -> why its equality is the change's ("" if not)
         self.consts = {}  # id -> (a test module's literal constant, a copy of its data, its name, module)
         self.kinds = {}  # type -> how a value of it compared with a literal is read (_kind)
@@ -1949,7 +1963,8 @@ class Reporter:
         self.rewrites = getattr(config.option, "assertmode", "rewrite") == "rewrite"
         os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # the tests' own pytest runs autoload
         self.startup = [impl.function for _, impl in self.hookimpls(config)]  # kept alive: ids stay unique
-        self.startup_ids = set(map(id, self.startup))
+        self.startup_fns = {f for f in self.startup if type(f) is types.FunctionType}  # by hash: no id()
+        self.startup_ids = set(map(id, (f for f in self.startup if type(f) is not types.FunctionType)))
 
     @staticmethod
     def hookimpls(config):
@@ -2107,7 +2122,8 @@ class Reporter:
         for name, impl in self.hookimpls(config):
             # Plugins loaded while pytest configured itself are the base's (builtins, entry
             # points, initial conftests); one registered later must come from a base file.
-            if id(impl.function) in self.startup_ids:
+            fn = impl.function
+            if fn in self.startup_fns if type(fn) is types.FunctionType else id(fn) in self.startup_ids:
                 continue
             why = self._foreign(impl.function) or self._plugin_why(impl.plugin)
             if why:
@@ -2696,8 +2712,17 @@ class InstalledNames:
         (a ``threading.Timer`` of ``functools.partial(setattr, ...)``) is nobody's: counted.
         None when the tests or installed code did it."""
         guard = getattr(self.reporter, "guard", None)
+        if guard is None or guard.busy:
+            return self._walk(guard)
+        guard.busy = True  # the runner's own frames and f_code reads: no one's question for the guard
+        try:
+            return self._walk(guard)
+        finally:
+            guard.busy = False
+
+    def _walk(self, guard):
         rewritten = self.reporter.rewritten
-        f = sys._getframe(2)
+        f = sys._getframe(3)  # past this and _who: what _who saw as its frame 2
         while f is not None:
             name = f.f_code.co_filename
             if guard is not None and guard._ours(name):
@@ -3210,13 +3235,13 @@ def main():
     reporter.guard = guard
     guard.sources = reporter.rewritten
     guard.kept = reporter.unchanged_def
+    reporter.installed_names = InstalledNames(cwd, reporter)  # before any code of the repository runs
+    reporter.installed_names.take_all()  # (and before the hook: its own hundreds of events are no one's)
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(guard)
         guard.installed = True
         guard.watch_threads()
         _watch_signals(guard)
-    reporter.installed_names = InstalledNames(cwd, reporter)  # before any code of the repository runs
-    reporter.installed_names.take_all()
     reporter.installed_names.watch_imports()
     reporter.channel.write({"start": True, "plugins": plugins or [], "pytest": pytest.__version__})
     code = pytest.main(extra + pinned(args, os.path.join(here, "base"), cwd), plugins=[reporter])
