@@ -192,6 +192,7 @@ def build_adversarial(tmp: Path, specs: dict[str, dict]) -> list[dict]:
                 base = git(wt, "rev-parse", "HEAD").strip()
                 modified, created = test_files(test_patch)
                 run = [f for f in modified + created if f.endswith(".py")]  # as swebench: no data files
+                run = e.get("run", run)  # (a helper module of the test patch is not a test file)
                 rec |= {
                     "test_patch": test_patch,
                     "eval_script": make_eval_script(base, test_patch, PYTEST_COMMAND, run),

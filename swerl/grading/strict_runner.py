@@ -65,6 +65,7 @@ HANDS = {
     "pkgutil": frozenset(("get_data",)),
     "importlib._bootstrap_external": frozenset(("get_data", "get_source")),
     "signal": frozenset(("signal",)),
+    "dis": ALL,
 }
 """Standard-library functions (by module: all of them, or these) whose job is to hand the running
 stack's frames, its source text, or a file's text to their caller: a frame or a read they ask for
@@ -427,6 +428,54 @@ def _base_eq(x, other):
             if said is not NotImplemented:
                 return said is True
     return False
+
+
+def _number_data(x):
+    """``x`` with each instance of an ``int`` / ``float`` / ``complex`` subclass in it (in lists,
+    tuples and dict values) read as its builtin data: what its arithmetic would give if the
+    subclass did not override it (``x`` itself when it holds none)."""
+    kind = type(x)
+    if kind in PLAIN:
+        return x
+    base = _base(kind)
+    if base in (int, float, complex):
+        return base.__add__(x, base())
+    if kind in (list, tuple):
+        items = [_number_data(v) for v in x[:COMPARED_BUDGET]]
+        return x if all(map(operator.is_, items, x)) else kind(items)
+    if kind is dict:
+        values = {k: _number_data(v) for k, v in list(x.items())[:COMPARED_BUDGET]}
+        return x if all(values[k] is v for k, v in x.items() if k in values) else values
+    return x
+
+
+def _approx(value):
+    """Whether ``value`` is a ``pytest.approx(...)``: its equality runs the other side's arithmetic."""
+    kind = type(value)
+    return kind.__module__ == "_pytest.python_api" and kind.__name__.startswith("Approx")
+
+
+def _fields(x):
+    """The attributes an instance holds ({name: value}: its ``__dict__``, or a slotted dataclass's
+    fields), {} if none or they cannot be read: what an equality of fields (a dataclass's, an
+    attrs class's, a hand-written ``__eq__`` of the repository's) compares in code the checker
+    does not see, so an always-equal value of the change's inside a repository object is asked."""
+    try:
+        names = object.__getattribute__(x, "__dict__")
+    except Exception:
+        names = None
+    if isinstance(names, dict):
+        return dict(names)
+    fields = getattr(type(x), "__dataclass_fields__", None)
+    if not isinstance(fields, dict):
+        return {}
+    out = {}
+    for name in list(fields)[:COMPARED_BUDGET]:
+        try:
+            out[name] = object.__getattribute__(x, name)
+        except Exception:
+            continue
+    return out
 
 
 def _slot(x, name, other):
@@ -1216,6 +1265,8 @@ def _watch_assert(case, name, op, reporter):
                 equal = False
             if equal:
                 reporter.compared(("==",), (first, second))
+            else:  # passed by arithmetic: the operands' own, unless read as their builtin data
+                reporter.almost_why(first, second, lambda a, b: original(self, a, b, *args, **kwargs))
             return
         if op != "count":
             reporter.compared((op,), (first, second))
@@ -1510,6 +1561,12 @@ class Reporter:
                 "a module the tests import no longer holds what its own code bound: "
                 + ", ".join(replaced[:8])
             )
+        helpers = names.helpers_replaced() if names is not None else []
+        if helpers:
+            self.tampered.append(
+                "a test helper module of the repository (its assertion helpers are the tests') was"
+                " changed by the change: " + ", ".join(helpers[:8])
+            )
 
     def _as_bound(self, value, way, names):
         """Whether ``value`` can be what the statement made, whenever it ran (a thread may
@@ -1588,12 +1645,50 @@ class Reporter:
                 why = why or self._in_why(a, b, lit)
             elif op in ("==", "!="):
                 why = self._anything_equal(a, b, op) or self._anything_equal(b, a, op)
+                if not why and op == "==":
+                    why = self._approx_why(a, b) or self._approx_why(b, a)
                 if not why and lit in (0, 1):
                     why = self._holds(operands[1 - lit], operands[lit])
         if why:
             self.raised.add(self.current)
             where = "test " + str(self.current) if self.current else "code outside a test"
             self.tampered.append(where + " compared " + why)
+
+    def _approx_why(self, value, other):
+        """Why ``value``, said equal to ``pytest.approx(...)`` (``other``), is not approximately
+        the expected value by its builtin data ("" if it is): approx subtracts the two, so a
+        ``float`` subclass whose ``__rsub__`` says 0 would pass with any data."""
+        if not _approx(other):
+            return ""
+        plain = _number_data(value)
+        if plain is value:
+            return ""
+        try:
+            said = other == plain
+            ok = said is True or (said is not False and bool(said))
+        except Exception:
+            ok = False
+        return (
+            ""
+            if ok
+            else "a " + type(value).__name__ + " equal to pytest.approx(...) whose number data is not"
+        )
+
+    def almost_why(self, first, second, check):
+        """``assertAlmostEqual`` passed by arithmetic (its operands not ``==``): ``check`` (the
+        original assert) must pass on their builtin number data too; else record why."""
+        plain = (_number_data(first), _number_data(second))
+        if plain[0] is first and plain[1] is second:
+            return
+        try:
+            check(*plain)
+        except AssertionError:
+            kind = type(first if plain[0] is not first else second).__name__
+            self.raised.add(self.current)
+            where = "test " + str(self.current) if self.current else "code outside a test"
+            self.tampered.append(
+                where + " passed assertAlmostEqual with a " + kind + " whose number data is not almost equal"
+            )
 
     def _const_changed(self, operands):
         """Why an operand is a test module's literal constant whose data was changed in place
@@ -1628,6 +1723,11 @@ class Reporter:
                 todo.extend((v, dict.get(o, k), "==") for k, v in list(dict.items(x))[:budget])
             elif isinstance(x, (list, tuple, set, frozenset, dict)):
                 todo.extend((v, None, "==") for v in list(x.values() if isinstance(x, dict) else x)[:budget])
+            elif _provider(kind, "__eq__") is not object:  # an object that compares its fields
+                mine = _fields(x)
+                if mine:
+                    theirs = _fields(o) if type(o) is kind else {}
+                    todo.extend((v, theirs.get(k), "==") for k, v in list(mine.items())[:budget])
         return ""
 
     CLAIMS = {"==": ("__eq__", True), "!=": ("__ne__", False)}
@@ -2368,6 +2468,29 @@ class Guard:
             f = f.f_back  # a function of a changed file that the change left as the base had it hands too
         return f
 
+    def _test_function(self, fn, _function=types.FunctionType):
+        """Whether ``fn`` is a test function of a module pytest rewrote (at its top level or in a
+        class: not a function a test defines inside itself). Read with no audit event."""
+        if type(fn) is not _function or not self.sources or not fn.__name__.startswith("test"):
+            return False
+        mod = sys.modules.get(fn.__module__) if isinstance(fn.__module__, str) else None
+        return (
+            mod is not None
+            and "<locals>" not in fn.__qualname__
+            and _namespace(mod).get("__file__") in self.sources
+        )
+
+    def _code_read(self, fn):
+        """The change's code read a test function's ``__code__`` (directly, or through a standard
+        library function that hands it over: ``inspect``, ``dis``), or a thread the change started
+        did: its constants are the test's expected values (a test module is reached through
+        ``sys.modules`` with no event; reading its function's code is the event)."""
+        f = self.asker(3)  # _code_read, _check, __call__, then the frame that read it
+        who = f.f_code.co_filename if f is not None and self._mine(f.f_code) else self._thread_owner()
+        why = "the change's code (%s) read a test's code (%s): its constants are the test's expected values"
+        if who and why % (who, fn.__qualname__) not in self.found:
+            self.found.append(why % (who, fn.__qualname__))
+
     def _hands(self, code):
         names = self.hands.get(code.co_filename, _MISSING)
         if names is _MISSING:
@@ -2431,8 +2554,8 @@ class Guard:
         if event not in _events:  # most events end here
             return
         if event == "object.__getattr__":
-            if args[1] not in _frames:  # every ``__code__`` read ends here
-                return
+            if args[1] not in _frames and (args[1] != "__code__" or not self._test_function(args[0])):
+                return  # every other ``__code__`` read ends here
         elif event == "object.__setattr__":  # whatever the name says: compared later, by identity
             self.touched.append(args[0])  # before ``busy``: another thread's assignment counts too
         if self.busy:
@@ -2448,6 +2571,9 @@ class Guard:
     def _check(self, event, args):
         if event in ("os.utime", "os.chmod", "os.chown"):  # metadata only: noted (a test's own
             self._protected(args[0])  # touch of its data changes the ctime), never blamed
+            return
+        if event == "object.__getattr__" and args[1] == "__code__":
+            self._code_read(args[0])
             return
         if event in ("sys._getframe", "object.__getattr__"):
             what = FRAME_ATTRS[args[1]] if event == "object.__getattr__" else "took a frame (sys._getframe)"
@@ -2645,12 +2771,18 @@ class InstalledNames:
         self.writes = []  # [module name, attr, who, frame, value before]: set by the change's code
         self.cls = _recording_module(self)
         self.load = None  # the import system's wrapped _load_unlocked (see watch_imports)
+        self.helpers = {}
+        """{id(module): (module, name, {attr: value}, {class name: (class, {attr: value})})} of each
+        test helper module of the repository (see :func:`_helper_module`) as its import left it."""
+        self.helper_writes = []  # "module.attr (set by ...)": a helper name the change's code set
 
     def take(self, name, mod):
         """Record ``mod`` as its import left it (a module of the repository is the change's to shape)."""
         names = _namespace(mod)
         path = names.get("__file__")
         if isinstance(path, str) and _inside(os.path.abspath(path), self.root):
+            if path not in self.reporter.rewritten and (_helper_module(name) or self._in_test_dir(path)):
+                self._take_helper(str(name), mod, names)
             return
         self.before[id(mod)] = (mod, str(name), dict(names))
         if type(mod) is types.ModuleType:  # a module of a class of its own keeps it (by value only)
@@ -2690,6 +2822,16 @@ class InstalledNames:
     def wrote(self, mod, attr, value):
         """``setattr(mod, attr, value)`` on a recorded module: who did it (see :meth:`_who`)."""
         if (attr[:1] == "_" and attr != "__getattr__") or not callable(value):
+            return
+        helper = self.helpers.get(id(mod))
+        if helper is not None and helper[0] is mod:  # the package's own code gets no excuse here
+            self.set[(id(mod), attr)] = value
+            if value is not helper[2].get(attr, _MISSING) and value is not _namespace(mod).get(
+                attr, _MISSING
+            ):
+                who = self._who()
+                if who is not None:
+                    self.helper_writes.append(helper[1] + "." + attr + " (set by " + who[0] + ")")
             return
         entry = self.before.get(id(mod))
         held = _namespace(mod).get(attr, _MISSING)
@@ -2754,6 +2896,92 @@ class InstalledNames:
         self.writes = [w for w in self.writes if id(w) not in gone]
         return bool(gone)
 
+    def _take_helper(self, name, mod, names):
+        """Record a test helper module of the repository (:func:`_helper_module`) as its import
+        left it: its names and its own classes' attributes."""
+        classes = {
+            attr: (value, dict(vars(value)))
+            for attr, value in list(names.items())
+            if isinstance(value, type) and getattr(value, "__module__", None) == name
+        }
+        self.helpers[id(mod)] = (mod, name, dict(names), classes)
+        if type(mod) is types.ModuleType:
+            try:
+                mod.__class__ = self.cls
+            except TypeError:
+                pass
+
+    def helpers_replaced(self):
+        """The test helper modules of the repository (``pkg.testing``, ``sklearn.utils._testing``,
+        ``matplotlib.testing.decorators``, ``pylint.testutils``: :func:`_helper_module`) loaded
+        during the run that are not as the base commit made them: their file's code rewritten by
+        the change (an ``assert_equal`` or ``raises`` that no longer fails: its comparisons are
+        in a module pytest does not rewrite, so no other rule sees them), a public function or a
+        class's method rebound by the change's code (through ``setattr``, or written into the
+        dictionary with code that is not the tests'), or the module in ``sys.modules`` one its
+        file did not make. A test's own monkeypatching is the tests'."""
+        reporter, out = self.reporter, list(self.helper_writes)
+        for name, mod in list(sys.modules.items()):  # a module put in a helper's place
+            if mod is None or not _HELPER_NAME.search(name):
+                continue
+            entry = self.helpers.get(id(mod))
+            if entry is None or entry[0] is not mod:
+                path = _namespace(mod).get("__file__")
+                if path not in reporter.rewritten and self._repository_module(name, path):
+                    out.append(name + " (a module its file did not make)")
+        for mod, name, before, classes in list(self.helpers.values()):
+            names = _namespace(mod)
+            path = names.get("__file__")
+            entry = (mod, name, before, classes)
+            if isinstance(path, str) and reporter._file_why(path).startswith("a file the change touched"):
+                trees = reporter._trees(path)
+                import ast
+
+                if trees is not None and ast.dump(trees[0]) != ast.dump(trees[1]):
+                    out.append(name + " (its code rewritten)")
+            places = [(name, names, entry[2])]
+            places += [(name + "." + k, vars(cls), then) for k, (cls, then) in entry[3].items()]
+            for where, now, then in places:
+                if all(map(operator.is_, map(now.get, list(then)), then.values())):
+                    continue
+                for attr, was in then.items():
+                    value = now.get(attr, _MISSING)
+                    if value is was or value is _MISSING or (attr[:1] == "_" and attr != "__getattr__"):
+                        continue
+                    if not (callable(was) or isinstance(was, (staticmethod, classmethod, property))):
+                        continue
+                    if where == name and self.set.get((id(mod), attr), _MISSING) is value:
+                        continue  # set through setattr: judged by who did it (wrote)
+                    if not self._tests_own(value):
+                        out.append(where + "." + attr + " (rebound)")
+        return sorted(set(out))
+
+    def _in_test_dir(self, path):
+        """Whether ``path`` is a file of the run's test directories (a ``tests/utils.py`` that
+        pytest's rootdir insertion imports as the top-level ``utils``)."""
+        guard = getattr(self.reporter, "guard", None)
+        full = os.path.realpath(path)
+        return any(_inside(full, d) for d in getattr(guard, "test_dirs", ()))
+
+    def _tests_own(self, value):
+        """Whether ``value`` is code of the tests (a rewritten module, a test directory)."""
+        path = _value_file(value)
+        if not path:
+            return False
+        guard = getattr(self.reporter, "guard", None)
+        full = os.path.realpath(path)
+        return path in self.reporter.rewritten or any(
+            _inside(full, d) for d in getattr(guard, "test_dirs", ())
+        )
+
+    def _repository_module(self, name, path):
+        """Whether the module ``name`` (its file ``path``, if any) is the repository's: its file,
+        or its top-level package's, is inside the repository."""
+        if not isinstance(path, str) or not path:
+            top = sys.modules.get(str(name).split(".")[0])
+            path = _namespace(top).get("__file__") if top is not None else None
+        return isinstance(path, str) and _inside(os.path.realpath(path), self.root)
+
     def replaced(self, imported):
         """The public names (and ``__getattr__``) of the modules of the packages ``imported``
         that no longer hold, or at some point held, what their own import bound, and not for a
@@ -2815,6 +3043,23 @@ class InstalledNames:
             )
         except Exception:
             return False
+
+
+HELPER_PARTS = frozenset(
+    ("testing", "testutils", "testutil", "test_utils", "testing_utils", "testhelpers", "test_helpers",
+     "testlib", "test_support", "pytester", "tests", "test")
+)  # fmt: skip
+"""Parts of a module's dotted name (less leading underscores) that make it a test helper module."""
+
+
+_HELPER_NAME = re.compile(r"(?:^|\.)_*(?:" + "|".join(sorted(HELPER_PARTS)) + r")(?:\.|$)", re.I)
+
+
+def _helper_module(name):
+    """Whether the module named ``name`` is a test helper module by its name (``pkg.testing``,
+    ``sklearn.utils._testing``, ``numpy.testing._private.utils``, ``pylint.testutils``,
+    ``_pytest.pytester``, a module of a ``tests`` package)."""
+    return _HELPER_NAME.search(str(name)) is not None
 
 
 def _value_file(value):
