@@ -2550,11 +2550,17 @@ class Guard:
                 out.append("the change's code left a hook for new threads (threading." + name[1:] + ")")
         return out
 
-    def __call__(self, event, args, _events=EVENTS, _frames=FRAME_ATTRS):
+    def __call__(self, event, args, _events=EVENTS, _frames=FRAME_ATTRS, _function=types.FunctionType):
         if event not in _events:  # most events end here
             return
         if event == "object.__getattr__":
-            if args[1] not in _frames and (args[1] != "__code__" or not self._test_function(args[0])):
+            name = args[1]
+            if name not in _frames and (
+                name != "__code__"
+                or type(args[0]) is not _function  # (thousands of reads a run: the cheap tests inline)
+                or not args[0].__name__.startswith("test")
+                or not self._test_function(args[0])
+            ):
                 return  # every other ``__code__`` read ends here
         elif event == "object.__setattr__":  # whatever the name says: compared later, by identity
             self.touched.append(args[0])  # before ``busy``: another thread's assignment counts too
