@@ -2875,3 +2875,89 @@ def test_a_helper_module_of_the_tests_directory_cannot_be_neutered_by_the_change
     )
     assert v.tests.get(F2P) == "PASSED", (v.tests, proc.stdout[-2000:])  # the attack works in-process
     assert any("helpers.assert_equal (set by the change's code" in r for r in v.refused), v.refused
+
+
+ORDER_TESTS = """from pkg import add
+
+
+def test_add():
+    assert 3 <= add(1, 2) <= 3
+    assert add(1, 2) > 2
+
+
+def test_zero():
+    assert add(0, 0) == 0
+"""
+ORDER_LIES = {
+    "int-subclass": (
+        "\n\nclass _N(int):  # the bug's data; it says it is at least, and at most, anything\n"
+        "    def __le__(self, other):\n        return True\n\n    def __ge__(self, other):\n        return True\n\n"
+        "    def __gt__(self, other):\n        return True\n\n\n_add = add\n\n\ndef add(a, b):\n    return _N(_add(a, b))\n",
+        "compared a _N whose",
+    ),
+    "object": (
+        "\n\nclass _Any:  # ordered against anything\n    def __init__(self, v):\n        self.v = v\n\n"
+        "    def __le__(self, other):\n        return True\n\n    __ge__ = __gt__ = __lt__ = __le__\n\n"
+        "    def __eq__(self, other):\n        return self.v == other\n\n    __hash__ = None\n\n\n"
+        "_add = add\n\n\ndef add(a, b):\n    return _Any(_add(a, b))\n",
+        "says it holds against anything",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ORDER_LIES))
+def test_an_order_comparison_that_holds_against_anything_is_refused(tmp_path, case):
+    """``<``, ``<=``, ``>``, ``>=`` in test code (chained too) go through the checker: a builtin
+    subclass of the change's is ordered by its data, and an order method of the change's may not
+    hold against a fresh object."""
+    tail, reason = ORDER_LIES[case]
+    v, _, proc = run_strict(tmp_path, tail, ORDER_TESTS)
+    assert "2 passed" in proc.stdout, proc.stdout[-2000:]  # the attack works in-process
+    assert v.tests.get(F2P) == "FAILED", v.tests
+    assert any(reason in r for r in v.refused), v.refused
+
+
+def test_honest_orderings_are_not_refused(tmp_path):
+    """Gold returning an ``int`` subclass of its own and a ``functools.total_ordering`` class;
+    chains, sets and strings ordered in test code."""
+    tail = """
+
+import functools
+
+
+class Count(int):
+    def __repr__(self):
+        return "Count(%d)" % self
+
+
+@functools.total_ordering
+class Version:
+    def __init__(self, n):
+        self.n = n
+
+    def __eq__(self, other):
+        return isinstance(other, Version) and self.n == other.n
+
+    def __lt__(self, other):
+        if not isinstance(other, Version):
+            return NotImplemented
+        return self.n < other.n
+
+
+def add(a, b):
+    return Count(a + b)
+"""
+    tests = """from pkg import Version, add
+
+
+def test_add():
+    assert 3 <= add(1, 2) <= 3 < 4
+    assert Version(1) < Version(add(1, 2)) <= Version(3)
+    assert {1} <= {1, 2} and "a" < "b" and (1, 2) < (1, 3)
+
+
+def test_zero():
+    assert not add(0, 0) > 0
+"""
+    v, _, proc = run_strict(tmp_path, "", tests, files={"pkg/__init__.py": BUGGY + tail})
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]

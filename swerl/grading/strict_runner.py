@@ -419,22 +419,32 @@ def _base_eq(x, other):
 
 
 def _number_data(x):
-    """``x`` with each instance of an ``int`` / ``float`` / ``complex`` subclass in it (in lists,
-    tuples and dict values) read as its builtin data: what its arithmetic would give if the
-    subclass did not override it (``x`` itself when it holds none)."""
+    """``x`` with each instance of a subclass of ``int`` / ``float`` / ``complex`` / ``str`` /
+    ``bytes`` / ``list`` / ``tuple`` in it (in lists, tuples and dict values) read as its builtin
+    data: what its arithmetic and ordering would give if the subclass did not override them
+    (``x`` itself when it holds none, or more than :data:`COMPARED_BUDGET` values)."""
     kind = type(x)
     if kind in PLAIN:
         return x
     base = _base(kind)
-    if base in (int, float, complex):
+    if base in (int, float, complex, str, bytes):
         return base.__add__(x, base())
-    if kind in (list, tuple):
-        items = [_number_data(v) for v in x[:COMPARED_BUDGET]]
-        return x if all(map(operator.is_, items, x)) else kind(items)
-    if kind is dict:
-        values = {k: _number_data(v) for k, v in list(x.items())[:COMPARED_BUDGET]}
-        return x if all(values[k] is v for k, v in x.items() if k in values) else values
+    if base in (list, tuple) and len(x) <= COMPARED_BUDGET:
+        items = [_number_data(v) for v in base.__iter__(x)]
+        return x if kind is base and all(map(operator.is_, items, x)) else base(items)
+    if kind is dict and len(x) <= COMPARED_BUDGET:
+        values = {k: _number_data(v) for k, v in dict.items(x)}
+        return x if all(values[k] is v for k, v in dict.items(x)) else values
     return x
+
+
+ORDER = {
+    "<": (operator.lt, "__lt__", "__gt__"),
+    "<=": (operator.le, "__le__", "__ge__"),
+    ">": (operator.gt, "__gt__", "__lt__"),
+    ">=": (operator.ge, "__ge__", "__le__"),
+}
+"""Each order comparison: its operator, the method it asks of the left operand, and of the right."""
 
 
 def _approx(value):
@@ -585,7 +595,7 @@ def _match(x, items):
 GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
 """CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: code whose call runs nothing yet."""
 
-CHECKERS = ("eq", "ne", "in", "not_in", "chain", "bound", "enter", "raised", "left")
+CHECKERS = ("eq", "ne", "in", "not_in", "chain", "bound", "enter", "raised", "left", "lt", "le", "gt", "ge")
 """The runner's comparison functions, each bound in every rewritten test module as ``@swerl_NAME``
 (from ``_pytest.assertion.rewrite._swerl_NAME``): a name no source can spell."""
 
@@ -643,6 +653,22 @@ def _watch_equality(reporter):
             seen(("in",), (a, b), lit)
         return r
 
+    def order(op):
+        compare = ORDER[op][0]
+
+        def check(a, b, lit=-1, site=None):
+            __tracebackhide__ = True
+            if site is not None:
+                hits.add((site, frame(1).f_code))
+            r = compare(a, b)
+            if r is not False and not (type(a) in plain and type(b) in plain):
+                seen((op,), (a, b), lit)
+            return r
+
+        return check
+
+    lt, le, gt, ge = order("<"), order("<="), order(">"), order(">=")
+
     class Operand:
         """One operand of a chained comparison (``a == b == c``): Python still evaluates
         each operand once, left to right, and stops at the first false link."""
@@ -663,19 +689,19 @@ def _watch_equality(reporter):
 
         def __lt__(self, other):
             __tracebackhide__ = True
-            return self.v < other.v
+            return lt(self.v, other.v)
 
         def __le__(self, other):
             __tracebackhide__ = True
-            return self.v <= other.v
+            return le(self.v, other.v)
 
         def __gt__(self, other):
             __tracebackhide__ = True
-            return self.v > other.v
+            return gt(self.v, other.v)
 
         def __ge__(self, other):
             __tracebackhide__ = True
-            return self.v >= other.v
+            return ge(self.v, other.v)
 
         def __contains__(self, other):
             __tracebackhide__ = True
@@ -728,7 +754,7 @@ def _watch_equality(reporter):
         if body(key) and bodies.get(key) == "running":
             bodies[key] = "done"  # ran to its end (a return or its last line) without raising
 
-    checkers = dict(zip(CHECKERS, (eq, ne, in_, not_in, Operand, bound, enter, raised, left)))  # noqa: B905
+    checkers = dict(zip(CHECKERS, (eq, ne, in_, not_in, Operand, bound, enter, raised, left, lt, le, gt, ge)))  # noqa: B905
     for name, fn in checkers.items():
         setattr(rewrite, "_swerl_" + name, fn)
     reporter.checkers = {"@swerl_" + name: fn for name, fn in checkers.items()}
@@ -1067,7 +1093,16 @@ class _Equality:
     each node's fields, no visitor dispatch: the tree pytest leaves is large), each comparison
     that can say "equal" replaced by a call of the runner's checker."""
 
-    OPS = {"Eq": "@swerl_eq", "NotEq": "@swerl_ne", "In": "@swerl_in", "NotIn": "@swerl_not_in"}
+    OPS = {
+        "Eq": "@swerl_eq",
+        "NotEq": "@swerl_ne",
+        "In": "@swerl_in",
+        "NotIn": "@swerl_not_in",
+        "Lt": "@swerl_lt",
+        "LtE": "@swerl_le",
+        "Gt": "@swerl_gt",
+        "GtE": "@swerl_ge",
+    }
     SKIP = frozenset(("ctx", "ops"))  # fields that never hold a comparison
 
     def __init__(self, ast):
@@ -1617,6 +1652,8 @@ class Reporter:
                 if not why and type(b) in (list, tuple, set, frozenset, dict):
                     why = self._anything_equal(list(itertools.islice(b, COMPARED_BUDGET)), None, "==")
                 why = why or self._in_why(a, b, lit)
+            elif op in ORDER:
+                why = self._order_why(op, a, b)
             elif op in ("==", "!="):
                 why = self._anything_equal(a, b, op) or self._anything_equal(b, a, op)
                 if not why and op == "==":
@@ -1627,6 +1664,44 @@ class Reporter:
             self.raised.add(self.current)
             where = "test " + str(self.current) if self.current else "code outside a test"
             self.tampered.append(where + " compared " + why)
+
+    def _order_why(self, op, a, b):
+        """Why ``a OP b`` (an order comparison that said true) does not hold ("" if it does): by
+        the builtin data of a subclass of a builtin type among the operands (an ``int`` of the
+        change's whose ``__le__`` says True), or because an operand whose order method is the
+        change's says it holds against a fresh object (an order that holds against anything)."""
+        compare, left, right = ORDER[op]
+        da, db = _number_data(a), _number_data(b)
+        if da is not a or db is not b:
+            try:
+                said = compare(da, db)
+            except Exception:
+                said = None
+            if said is False:
+                x = a if da is not a else b
+                kind = _base(type(x))
+                return (
+                    "a " + type(x).__name__ + " whose " + op + " says true where its "
+                    + (kind.__name__ if kind is not None else "builtin") + " data does not"
+                )  # fmt: skip
+        for x, name in ((a, left), (b, right)):
+            cls = type(x)
+            if cls in PLAIN or cls in CONTAINERS:
+                continue
+            if (cls, name) not in self.eq_code:
+                self.eq_code[(cls, name)] = self._eq_why(cls, name)
+            where = self.eq_code[(cls, name)]
+            if not where:
+                continue
+            try:
+                said = _slot(x, name, object())
+            except Exception:
+                continue
+            if _truth(said) is True:
+                return (
+                    "a " + cls.__name__ + " whose " + name + " says it holds against anything (" + where + ")"
+                )
+        return ""
 
     def _approx_why(self, value, other):
         """Why ``value``, said equal to ``pytest.approx(...)`` (``other``), is not approximately
