@@ -202,3 +202,52 @@ def test_the_setup_mirrors_the_base_text_of_changed_sources(tmp_path):
     assert (tmp_path / "run" / "base" / "setup.cfg").read_text() == "[tool:pytest]\n"
     bad = subprocess.run(["bash", "-c", setup_command(run, base, [], ["missing.py"])], cwd=repo)
     assert bad.returncode != 0  # a file the base does not have fails the set-up
+
+
+PROBE = """import importlib.util, os, sys
+
+spec = importlib.util.spec_from_file_location("runner", "/tmp/probe-runner.py")
+runner = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(runner)
+if sys.argv[1] == "protected":
+    runner._not_dumpable()
+held = ("KEY" + "0123456789abcdef" * 4).encode()  # what the parent holds, as it holds the key
+pid = os.fork()
+if pid == 0:
+    ppid, found = os.getppid(), False
+    try:
+        with open("/proc/%d/maps" % ppid) as maps, open("/proc/%d/mem" % ppid, "rb", 0) as mem:
+            for line in maps:
+                lo, hi = [int(x, 16) for x in line.split()[0].split("-")]
+                if "rw" in line.split()[1] and hi - lo < (64 << 20):
+                    try:
+                        mem.seek(lo)
+                        found = found or held in mem.read(hi - lo)
+                    except OSError:
+                        pass
+        print("read the parent's memory; found:", found, flush=True)
+    except OSError as e:
+        print("cannot read the parent's memory:", e.strerror, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_the_parent_holding_the_key_keeps_its_memory_from_the_test_process(base_image, sandbox_config):
+    """The runner's parent holds the key; it makes itself not dumpable before the test process
+    goes on, so that process (same user, no CAP_SYS_PTRACE: no sandbox has it) cannot read the
+    parent's memory. Without that step the same probe finds what the parent holds."""
+    from swerl.sandbox.docker import DockerSandbox
+
+    sb = DockerSandbox(base_image, sandbox_config).start()
+    try:
+        sb.write_file("/tmp/probe-runner.py", RUNNER_SOURCE.read_bytes())
+        sb.write_file("/tmp/probe.py", PROBE.encode())
+        said = {
+            how: sb.execute(f"python3 /tmp/probe.py {how}", cwd="/tmp").output
+            for how in ("open", "protected")
+        }
+    finally:
+        sb.close()
+    assert "read the parent's memory; found: True" in said["open"], said
+    assert "cannot read the parent's memory: Permission denied" in said["protected"], said

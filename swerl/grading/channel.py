@@ -116,6 +116,18 @@ def runs_pytest(eval_script: str) -> bool:
     return bool(PYTEST_COMMAND.search(body))
 
 
+SHELL_LOOKUPS = r"""_swerl_which() { _swerl_path=; hash "$1" 2>/dev/null && _swerl_path=${BASH_CMDS[$1]-}; [ -n "$_swerl_path" ] || _swerl_path=$(type -P "$1"); [ -n "$_swerl_path" ]; }
+_swerl_script_python() { local _swerl_path= l= a=(); _swerl_which "$1" && IFS= read -r l < "$_swerl_path"; case $l in '#!'*) read -r -a a <<< "${l#??}" ;; esac; l=${a[0]-}; if [ "${l##*/}" = env ]; then a=("${a[@]:1}"); while case ${a[0]-} in -*) true ;; *) false ;; esac; do a=("${a[@]:1}"); done; fi; [ -n "${a[0]-}" ] && _swerl_py=${a[0]}; }
+"""
+"""Bash functions the preamble's stand-ins look commands up with, in the eval script's own
+shell (no subshell, no ``sed`` / ``awk`` process on every pytest call): ``_swerl_which NAME``
+sets ``_swerl_path`` to NAME's path on ``PATH`` (as ``type -P``: ``hash`` searches ``PATH``
+again and ``BASH_CMDS`` holds what it found); ``_swerl_script_python NAME`` sets ``_swerl_py``
+to the interpreter of the script NAME (its ``#!`` line's program, or the one after ``env`` and
+its options),
+and fails when NAME is missing or has no such line."""
+
+
 def preamble(run: RunDir, window: bool = False) -> str:
     """Shell lines put before the eval script's own (after its shebang and ``set`` line); with
     ``window``, the pre-test window's watcher's functions too (``swerl.grading.window``)."""
@@ -125,11 +137,10 @@ def preamble(run: RunDir, window: bool = False) -> str:
 export GIT_CONFIG_PARAMETERS="'core.hooksPath=/dev/null' 'core.fsmonitor=false'"
 export PYTHONNOUSERSITE=1
 _swerl_pytest() {{ local py="$1" mode="$2"; shift 2; PYTHONSAFEPATH=1 "$py" -s {runner} "$mode" "$@"; }}
-_swerl_script_python() {{ local s; s="$(type -P "$1")" && sed -n '1s/^#! *//p' "$s" | awk '{{n=split($1,a,"/"); print (a[n]=="env") ? $2 : $1}}'; }}
-pytest() {{ _swerl_pytest "$(_swerl_script_python pytest || echo python3)" script "$@"; }}
-py.test() {{ _swerl_pytest "$(_swerl_script_python py.test || echo python3)" script "$@"; }}
-python() {{ if [ "${{1-}}" = -m ] && [ "${{2-}}" = pytest ]; then shift 2; _swerl_pytest "$(type -P python)" module "$@"; else command python "$@"; fi; }}
-python3() {{ if [ "${{1-}}" = -m ] && [ "${{2-}}" = pytest ]; then shift 2; _swerl_pytest "$(type -P python3)" module "$@"; else command python3 "$@"; fi; }}
+{SHELL_LOOKUPS}pytest() {{ local _swerl_py=python3; _swerl_script_python pytest || _swerl_py=python3; _swerl_pytest "$_swerl_py" script "$@"; }}
+py.test() {{ local _swerl_py=python3; _swerl_script_python py.test || _swerl_py=python3; _swerl_pytest "$_swerl_py" script "$@"; }}
+python() {{ if [ "${{1-}}" = -m ] && [ "${{2-}}" = pytest ]; then shift 2; local _swerl_path=; _swerl_which python || true; _swerl_pytest "$_swerl_path" module "$@"; else command python "$@"; fi; }}
+python3() {{ if [ "${{1-}}" = -m ] && [ "${{2-}}" = pytest ]; then shift 2; local _swerl_path=; _swerl_which python3 || true; _swerl_pytest "$_swerl_path" module "$@"; else command python3 "$@"; fi; }}
 """
     ) + (shell_functions(run.path, CONTAINER_WORKDIR) if window else "")
 

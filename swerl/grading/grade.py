@@ -254,11 +254,13 @@ def _list_while_scrubbing(path: str) -> str:
     """:func:`_scrub_and_list_command`'s two steps at once, into ``path``: the listing, then
     :data:`_SPLIT`, what the scrub said and :data:`_LISTED`. The scrub of a clean repository
     writes nothing (it only reads and counts), so the listing taken beside it stands; after one
-    that dropped something the tree is listed again. Fails (no :data:`_LISTED`) when either
-    step did."""
+    that dropped something the tree is listed again. The scrub runs as a shell function in the
+    command substitution's subshell (its ``set -e`` and ``exit`` end that subshell only). Fails
+    (no :data:`_LISTED`) when either step did."""
     f = shlex.quote(path)
-    scrub = f"bash -c {shlex.quote(SCRUB_SCRIPT)} scrub {shlex.quote(CONTAINER_WORKDIR)}"
+    scrub = f"_swerl_scrub {shlex.quote(CONTAINER_WORKDIR)}"  # a function: no second bash to start
     return (
+        f"_swerl_scrub() {{\n{SCRUB_SCRIPT.strip()}\n}}\n"
         f"{{ {LIST_TREE} > {f} 2>&1 & l=$!; said=$({scrub} 2>&1); s=$?; wait $l; w=$?; "
         f"if [ $s -eq 0 ]; then case $said in *clean) ;; *) {LIST_TREE} > {f} 2>&1; w=$? ;; esac; fi; "
         f"[ $s -eq 0 ] && [ $w -eq 0 ] && printf '\\0//SWERL-SPLIT//\\0%s\\0//SWERL-LISTED//\\0' \"$said\" >> {f}; }}"

@@ -36,12 +36,27 @@ STARTUP = (".pth", "sitecustomize.py", "usercustomize.py")
 
 
 def _not_dumpable():
+    """As the strict runner's (a standalone script too): prctl through ``_ctypes`` itself."""
     try:
-        import ctypes
+        import _ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        class Int(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class Function(_ctypes.CFuncPtr):
+            _flags_, _restype_ = _ctypes.FUNCFLAG_CDECL, Int
+
+        class Library:
+            _handle = _ctypes.dlopen(None, 0)
+
+        Function(("prctl", Library()))(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
     except Exception:
-        pass
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+        except Exception:
+            pass
 
 
 def _take(path):

@@ -128,21 +128,27 @@ def snapshot(extra=()):
     ``isinstance``, ...): the test code calls them by name, so package code that replaces one
     changes what every test reads."""
     seen = Seen()
-    top = seen.group(("modules",), sys.modules)
+    mod_names, mods = [], []
     for name, mod in list(sys.modules.items()):
         if mod is None or (name.split(".")[0] not in WATCHED and name not in extra and name != "builtins"):
             continue
-        top.append((name, ("module", name), mod))
+        mod_names.append(name)
+        mods.append(mod)
         members = vars(mod)
-        group = seen.group(("module", name), members)
+        names, values = [], []
         for attr, value in list(members.items()):
             if callable(value) or isinstance(value, property):
-                group.append((attr, (name, attr), value))
+                names.append(attr)
+                values.append(value)
             if isinstance(value, type) and getattr(value, "__module__", "") == name != "builtins":
-                cgroup = seen.group(("class", name, attr), vars(value))
+                cnames, cvalues = [], []
                 for cattr, cvalue in list(vars(value).items()):
                     if callable(cvalue) or isinstance(cvalue, (property, staticmethod, classmethod)):
-                        cgroup.append((cattr, (name, attr, cattr), cvalue))
+                        cnames.append(cattr)
+                        cvalues.append(cvalue)
+                seen.add(("class", name, attr), vars(value), cnames, cvalues)
+        seen.add(("module", name), members, names, values)
+    seen.add(("modules",), sys.modules, mod_names, mods)
     return seen.done()
 
 
@@ -232,71 +238,78 @@ def _provider(cls, name):
     return next((k for k in cls.__mro__ if name in vars(k)), object)
 
 
-class Seen(dict):
-    """``snapshot``'s record ({key: object}, and {("body", *key): (function, *its BODY)}),
-    grouped by the mapping that holds each entry (``sys.modules``, a module's dict, a class's
-    dict) so that :meth:`candidates` compares thousands of them by identity in C and
-    :func:`changed_since` reads one by one only those that differ."""
+class Seen:
+    """``snapshot``'s record: for each mapping that holds entries (``sys.modules``, a module's
+    dict, a class's dict) the names and the objects, by identity, and each function's body
+    (:data:`BODY`). Kept as flat tuples, no key per entry (thousands of them, made on every
+    run's start-up path): :meth:`candidates` compares them in C and makes keys only for
+    those that differ."""
 
     def __init__(self):
-        dict.__init__(self)
-        self.groups, self.bodies = [], []
+        self.groups = []
+        self.fns, self.at, self.then, self.other = (), (), (), ()
 
-    def group(self, where, mapping):
-        items = []
-        self.groups.append((where, mapping, items))
-        return items
+    def add(self, where, mapping, names, values):
+        if names:
+            self.groups.append((where, mapping, tuple(names), tuple(values)))
 
-    def done(self):
-        groups = []
-        for where, mapping, items in self.groups:
-            if not items:
+    def done(self, _function=types.FunctionType):
+        fns, at = [], []
+        for g, (where, _, _, values) in enumerate(self.groups):
+            if where[0] == "modules":
                 continue
-            names, keys, values = (tuple(x) for x in zip(*items))  # noqa: B905 (3.6 syntax)
-            self.update(zip(keys, values))  # noqa: B905
-            groups.append((where, mapping, names, keys, values))
-            if where[0] != "modules":
-                for key, value in zip(keys, values):  # noqa: B905
+            for i, value in enumerate(values):
+                fn = value
+                if type(value) is not _function:
                     fn = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
-                    code = getattr(fn, "__code__", None)
-                    if code is not None:
-                        body = (
-                            fn,
-                            code,
-                            getattr(fn, "__defaults__", None),
-                            getattr(fn, "__kwdefaults__", None),
-                        )
-                        self[("body", *key)] = body
-                        self.bodies.append((("body", *key), body))
-        self.groups = groups
+                    if getattr(fn, "__code__", None) is None:
+                        continue
+                fns.append(fn)
+                at.append((g, i))
+        self.fns, self.at = tuple(fns), tuple(at)
+        self.other = tuple(j for j, fn in enumerate(fns) if type(fn) is not _function)
+        self.then = tuple(tuple(map(getattr, fns, itertools.repeat(a), itertools.repeat(None))) for a in BODY)
         return self
 
-    def candidates(self, touched=None, _is=operator.is_, _get=operator.attrgetter):
-        """The keys whose value may have changed: those no longer identical to the record
-        (with the class entries of a class the module no longer holds), and the bodies of
-        the functions in ``touched`` (every object whose attribute assignment the audit hook
-        saw: a body is assigned only so) or, without it, of every function whose body is no
-        longer identical."""
+    def _key(self, g, i):
+        where, names = self.groups[g][0], self.groups[g][2]
+        return ("module", names[i]) if where[0] == "modules" else (*where[1:], names[i])
+
+    def _body(self, j):
+        g, i = self.at[j]
+        return ("body", *self._key(g, i)), (self.fns[j], *(then[j] for then in self.then))
+
+    def candidates(self, touched=None, _is=operator.is_, _function=types.FunctionType):
+        """(key, object as recorded) of the entries that may have changed: those no longer
+        identical to the record (with the class entries of a class the module no longer
+        holds), and the bodies ({("body", *key): (function, *its BODY)}) of the functions in
+        ``touched`` (every object whose attribute assignment the audit hook saw: a body is
+        assigned only so) or, without it, of every function whose body is no longer
+        identical."""
         out, gone = [], set()
-        for where, mapping, names, keys, values in self.groups:
-            now = list(map(mapping.get, names))
-            if all(map(_is, now, values)):
+        for g, (where, mapping, names, values) in enumerate(self.groups):
+            same = list(map(_is, map(mapping.get, names), values))
+            if all(same):
                 continue
-            for i in [i for i, same in enumerate(map(_is, now, values)) if not same]:
-                out.append(keys[i])
+            for i in [i for i, ok in enumerate(same) if not ok]:
+                out.append((self._key(g, i), values[i]))
                 if where[0] == "module":
                     gone.add((where[1], names[i]))
-        out += [k for where, _, _, keys, _ in self.groups if where[1:] in gone for k in keys]
-        if touched is not None:
-            ids = set(map(id, touched))
-            return out + [key for key, body in self.bodies if id(body[0]) in ids]
-        fns = [body[0] for _, body in self.bodies]
-        for i, attr in enumerate(BODY, 1):
-            then = [body[i] for _, body in self.bodies]
-            now = list(map(_get(attr), fns))
-            if not all(map(_is, now, then)):
-                out += [key for (key, _), a, b in zip(self.bodies, now, then) if a is not b]  # noqa: B905
-        return out
+        for g, (where, _, _, values) in enumerate(self.groups):
+            if where[1:] in gone:
+                out += [(self._key(g, i), v) for i, v in enumerate(values)]
+        if touched is not None:  # a function hashes by identity, and without a call of ``id``
+            fns = {t for t in touched if type(t) is _function}  # (an audit event per call)
+            hit = [j for j, fn in enumerate(self.fns) if type(fn) is _function and fn in fns] if fns else []
+            if self.other:  # a body held by something else than a function (rare): by id
+                ids = set(map(id, (t for t in touched if type(t) is not _function)))
+                hit += [j for j in self.other if id(self.fns[j]) in ids]
+            return out + [self._body(j) for j in sorted(hit)]
+        moved = set()
+        for attr, then in zip(BODY, self.then):  # noqa: B905 (3.6 syntax)
+            now = map(getattr, self.fns, itertools.repeat(attr), itertools.repeat(None))
+            moved.update(j for j, a, b in zip(itertools.count(), now, then) if a is not b)
+        return out + [self._body(j) for j in sorted(moved)]
 
 
 def _own(value):
@@ -327,8 +340,7 @@ def changed_since(seen, foreign=lambda value: "foreign", touched=None):
     pytest too: hypothesis wraps ``FixtureFunctionMarker.__call__`` when pytest loads it).
     ``touched``: the functions whose body the audit hook saw assigned (None: compare all)."""
     out = []
-    for key in seen.candidates(touched):
-        value = seen[key]
+    for key, value in seen.candidates(touched):
         if key[0] == "body":
             fn = value[0]
             now = tuple(getattr(fn, a, None) for a in BODY)
@@ -612,7 +624,20 @@ def _watch_equality(reporter):
 
     from _pytest.assertion import rewrite
 
-    seen, hits, frame, plain = reporter.compared, reporter.hits, sys._getframe, PLAIN
+    seen, hits, plain = reporter.compared, reporter.hits, PLAIN
+
+    def caller(depth, attr, _frame=sys._getframe):
+        """``attr`` of the frame ``depth`` levels above the checker calling this, taken with the
+        guard told it is the runner's own doing (asked on every comparison: without it, each
+        ``sys._getframe`` and ``f_code`` read went through the guard's whole question)."""
+        guard = reporter.guard
+        if guard is None or guard.busy:
+            return getattr(_frame(depth + 1), attr)
+        guard.busy = True
+        try:
+            return getattr(_frame(depth + 1), attr)
+        finally:
+            guard.busy = False
 
     # ``site``: the number of a comparison every passing run of its test function makes (see
     # _must_run); ``lit``: which operand the test wrote as a literal (-1: neither; see
@@ -620,7 +645,7 @@ def _watch_equality(reporter):
     def eq(a, b, lit=-1, site=None):
         __tracebackhide__ = True  # pytest leaves this frame out of a failure's traceback
         if site is not None:
-            hits.add((site, frame(1).f_code))
+            hits.add((site, caller(1, "f_code")))
         r = a == b
         if r is not False and not (type(a) in plain and type(b) in plain):
             seen(("==",), (a, b), lit)
@@ -629,7 +654,7 @@ def _watch_equality(reporter):
     def ne(a, b, lit=-1, site=None):
         __tracebackhide__ = True
         if site is not None:
-            hits.add((site, frame(1).f_code))
+            hits.add((site, caller(1, "f_code")))
         r = a != b
         if r is not True and not (type(a) in plain and type(b) in plain):
             seen(("!=",), (a, b), lit)
@@ -638,7 +663,7 @@ def _watch_equality(reporter):
     def in_(a, b, lit=-1, site=None):
         __tracebackhide__ = True
         if site is not None:
-            hits.add((site, frame(1).f_code))
+            hits.add((site, caller(1, "f_code")))
         r = a in b
         if r and not (type(a) in plain and type(b) in plain):
             seen(("in",), (a, b), lit)
@@ -647,7 +672,7 @@ def _watch_equality(reporter):
     def not_in(a, b, lit=-1, site=None):
         __tracebackhide__ = True
         if site is not None:
-            hits.add((site, frame(1).f_code))
+            hits.add((site, caller(1, "f_code")))
         r = a not in b
         if not r and not (type(a) in plain and type(b) in plain):
             seen(("in",), (a, b), lit)
@@ -714,10 +739,10 @@ def _watch_equality(reporter):
         "_swerl_chain",
     )
 
-    def bound(names, data=(), _frame=sys._getframe):
+    def bound(names, data=()):
         """Record what a test module's import / def / class statement bound (see _bindings),
         and a copy of each constant ``data`` names (a literal display: see Reporter.compared)."""
-        space = _frame(1).f_globals
+        space = caller(1, "f_globals")
         held = reporter.bound.setdefault(id(space), (space, {}))[1]
         for name in names:
             held[name] = space.get(name, _MISSING)
@@ -727,10 +752,10 @@ def _watch_equality(reporter):
 
     bodies, real = reporter.bodies, {}
 
-    def body(key, _frame=sys._getframe):
+    def body(key):
         """Whether the function calling a body checker is the one ``key`` names (its file and
         name): the checkers are reachable as module attributes, a call from elsewhere is forged."""
-        code = _frame(2).f_code
+        code = caller(2, "f_code")
         path, _, name = key.rpartition("::")
         if code.co_filename not in real:
             real[code.co_filename] = os.path.realpath(code.co_filename)
@@ -1318,6 +1343,7 @@ class Reporter:
         self.channel, self.seen, self.changed, self.root = channel, seen, changed, root
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
+        self.startup_fns, self.guard = set(), None
         self.eq_code = {}  # (type, method name) -> why its equality is the change's ("" if not)
         self.consts = {}  # id -> (a test module's literal constant, a copy of its data, its name, module)
         self.kinds = {}  # type -> how a value of it compared with a literal is read (_kind)
@@ -2112,7 +2138,8 @@ class Reporter:
         self.rewrites = getattr(config.option, "assertmode", "rewrite") == "rewrite"
         os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # the tests' own pytest runs autoload
         self.startup = [impl.function for _, impl in self.hookimpls(config)]  # kept alive: ids stay unique
-        self.startup_ids = set(map(id, self.startup))
+        self.startup_fns = {f for f in self.startup if type(f) is types.FunctionType}  # by hash: no id()
+        self.startup_ids = set(map(id, (f for f in self.startup if type(f) is not types.FunctionType)))
 
     @staticmethod
     def hookimpls(config):
@@ -2270,7 +2297,8 @@ class Reporter:
         for name, impl in self.hookimpls(config):
             # Plugins loaded while pytest configured itself are the base's (builtins, entry
             # points, initial conftests); one registered later must come from a base file.
-            if id(impl.function) in self.startup_ids:
+            fn = impl.function
+            if fn in self.startup_fns if type(fn) is types.FunctionType else id(fn) in self.startup_ids:
                 continue
             why = self._foreign(impl.function) or self._plugin_why(impl.plugin)
             if why:
@@ -2597,11 +2625,17 @@ class Guard:
                 out.append("the change's code left a hook for new threads (threading." + name[1:] + ")")
         return out
 
-    def __call__(self, event, args, _events=EVENTS, _frames=FRAME_ATTRS):
+    def __call__(self, event, args, _events=EVENTS, _frames=FRAME_ATTRS, _function=types.FunctionType):
         if event not in _events:  # most events end here
             return
         if event == "object.__getattr__":
-            if args[1] not in _frames and (args[1] != "__code__" or not self._test_function(args[0])):
+            name = args[1]
+            if name not in _frames and (
+                name != "__code__"
+                or type(args[0]) is not _function  # (thousands of reads a run: the cheap tests inline)
+                or not args[0].__name__.startswith("test")
+                or not self._test_function(args[0])
+            ):
                 return  # every other ``__code__`` read ends here
         elif event == "object.__setattr__":  # whatever the name says: compared later, by identity
             self.touched.append(args[0])  # before ``busy``: another thread's assignment counts too
@@ -2901,8 +2935,17 @@ class InstalledNames:
         (a ``threading.Timer`` of ``functools.partial(setattr, ...)``) is nobody's: counted.
         None when the tests or installed code did it."""
         guard = getattr(self.reporter, "guard", None)
+        if guard is None or guard.busy:
+            return self._walk(guard)
+        guard.busy = True  # the runner's own frames and f_code reads: no one's question for the guard
+        try:
+            return self._walk(guard)
+        finally:
+            guard.busy = False
+
+    def _walk(self, guard):
         rewritten = self.reporter.rewritten
-        f = sys._getframe(2)
+        f = sys._getframe(3)  # past this and _who: what _who saw as its frame 2
         while f is not None:
             name = f.f_code.co_filename
             if guard is not None and guard._ours(name):
@@ -3518,13 +3561,13 @@ def main():
     reporter.guard = guard
     guard.sources = reporter.rewritten
     guard.kept = reporter.unchanged_def
+    reporter.installed_names = InstalledNames(cwd, reporter)  # before any code of the repository runs
+    reporter.installed_names.take_all()  # (and before the hook: its own hundreds of events are no one's)
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(guard)
         guard.installed = True
         guard.watch_threads()
         _watch_signals(guard)
-    reporter.installed_names = InstalledNames(cwd, reporter)  # before any code of the repository runs
-    reporter.installed_names.take_all()
     reporter.installed_names.watch_imports()
     reporter.channel.write({"start": True, "plugins": plugins or [], "pytest": pytest.__version__})
     code = pytest.main(extra + pinned(args, os.path.join(here, "base"), cwd), plugins=[reporter])
@@ -3571,13 +3614,29 @@ def _take_key(path):
 
 def _not_dumpable():
     """Keep the test process (same user) out of the parent's memory: with the parent not
-    dumpable, /proc/PID/mem and ptrace need CAP_SYS_PTRACE, which containers lack by default."""
+    dumpable, /proc/PID/mem and ptrace need CAP_SYS_PTRACE, which containers lack by default.
+    ``prctl`` through ``_ctypes`` itself: the ``ctypes`` package's import (its types, struct,
+    endianness) is most of the cost, and the child waits for this."""
     try:
-        import ctypes
+        import _ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        class Int(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class Function(_ctypes.CFuncPtr):
+            _flags_, _restype_ = _ctypes.FUNCFLAG_CDECL, Int
+
+        class Library:
+            _handle = _ctypes.dlopen(None, 0)
+
+        Function(("prctl", Library()))(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
     except Exception:
-        pass
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+        except Exception:
+            pass
 
 
 if __name__ == "__main__":

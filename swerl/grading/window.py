@@ -111,7 +111,7 @@ def shell_functions(run_path: str, repo: str) -> str:
     shell holds) and wait until it listed everything; ask for its report and wait for it."""
     d = shlex.quote(run_path)
     return f"""\
-_swerl_window_open() {{ local py said=; py="$(_swerl_script_python pytest || type -P python3 || type -P python)"; coproc "$py" -I -S {d}/prestep.py {d} {shlex.quote(repo)}; read -r -u "${{COPROC[0]}}" said || true; }}
+_swerl_window_open() {{ local py= said= _swerl_py= _swerl_path=; if _swerl_script_python pytest; then py=$_swerl_py; elif _swerl_which python3 || _swerl_which python; then py=$_swerl_path; fi; coproc "$py" -I -S {d}/prestep.py {d} {shlex.quote(repo)}; read -r -u "${{COPROC[0]}}" said || true; }}
 _swerl_window_close() {{ local said=; if [ -n "${{COPROC_PID-}}" ] && [ -n "${{COPROC[1]-}}" ]; then echo check >&"${{COPROC[1]}}"; read -r -u "${{COPROC[0]}}" said || true; fi; }}
 """
 

@@ -36,10 +36,11 @@ for p in ORIG_HEAD FETCH_HEAD MERGE_HEAD CHERRY_PICK_HEAD REVERT_HEAD BISECT_LOG
   refs/original objects/info/alternates; do if [ -e "$G/$p" ] || [ -L "$G/$p" ]; then specials=1; fi; done
 if { [ ${#L[@]} -eq 2 ] || { [ ${#L[@]} -eq 3 ] && [ "${L[2]}" = "$keep" ]; }; } && [ -z "$specials" ]; then
   exec {counted}< <(git count-objects -v)  # counts while rev-list walks (no count: not clean)
-  reachable=$(git rev-list --objects HEAD | wc -l)
+  reachable=$(git rev-list --count --objects HEAD)  # objects since git 2.26; commits before
   stored=0
   while read -r k v; do case $k in count: | in-pack:) stored=$((stored + v)) ;; esac; done <&"$counted"
   exec {counted}<&-
+  if [ "$reachable" -ne "$stored" ]; then reachable=$(git rev-list --objects HEAD | wc -l); fi
   if [ "$reachable" -eq "$stored" ]; then echo clean; exit 0; fi
 fi
 extra=$(git for-each-ref --format='%(refname)' | grep -vxF "$keep" || true)
