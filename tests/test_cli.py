@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -262,23 +263,35 @@ def test_eval_rerun_skips_graded_and_bad_files_lose_nothing(eval_run):
 
 
 # ----------------------------------------------------------------- sandbox
-def _swerl_containers_of(docker_client, image: str) -> dict[str, str]:
-    """Id -> status of the swerl-labelled containers of an image (stopped ones too)."""
-    found = docker_client.containers.list(all=True, filters={"ancestor": image, "label": "swerl.owner=swerl"})
+def _shell(*args: str, input: str) -> tuple[subprocess.CompletedProcess, int]:
+    """``swerl sandbox shell ARGS`` fed ``input``; -> (its result, its pid: the ``swerl.pid``
+    label of the sandboxes it made, so other work on the host never counts as its leftovers)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swerl.cli", "sandbox", "shell", *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out, err = proc.communicate(input, timeout=300)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), proc.pid
+
+
+def _containers_made_by(docker_client, pid: int) -> dict[str, str]:
+    """Id -> status of the swerl containers (stopped ones too) a process of this host made."""
+    found = docker_client.containers.list(
+        all=True,
+        filters={"label": ["swerl.owner=swerl", f"swerl.pid={pid}", f"swerl.host={socket.gethostname()}"]},
+    )
     return {c.id: c.status for c in found}
 
 
 def test_sandbox_shell_reads_commands_from_a_pipe(task_images, docker_client):
-    image = SUITE["swerl__textkit-1"].image
-    before = _swerl_containers_of(docker_client, image)  # earlier tests' sandboxes may still be going
     script = "cat README.md | head -1\ngit rev-parse HEAD\nfalse\necho $PWD\nexit\necho never\n"
-    r = run_cli("sandbox", "shell", "swerl__textkit-1", input=script)
+    r, first = _shell("swerl__textkit-1", input=script)
     assert r.returncode == 0, r.stderr
     assert SUITE["swerl__textkit-1"].base_commit in r.stdout
     assert "[exit 1]" in r.stdout and "/testbed" in r.stdout and "never" not in r.stdout
-    r = run_cli("sandbox", "shell", "swerl__textkit-1", "--json", input="echo hi\n")
+    r, second = _shell("swerl__textkit-1", "--json", input="echo hi\n")
     assert [json.loads(line)["output"] for line in r.stdout.splitlines()] == ["hi\n"]
-    left = {i: st for i, st in _swerl_containers_of(docker_client, image).items() if i not in before}
+    left = {**_containers_made_by(docker_client, first), **_containers_made_by(docker_client, second)}
     assert not left, f"the shell's sandboxes were not removed: {left}"
     assert run_cli("sandbox", "shell", "nope__x-1", input="exit\n").returncode == 2
 

@@ -2883,6 +2883,193 @@ def test_a_helper_module_of_the_tests_directory_cannot_be_neutered_by_the_change
     assert any("helpers.assert_equal (set by the change's code" in r for r in v.refused), v.refused
 
 
+ORDER_TESTS = """from pkg import add
+
+
+def test_add():
+    assert 3 <= add(1, 2) <= 3
+    assert add(1, 2) > 2
+
+
+def test_zero():
+    assert add(0, 0) == 0
+"""
+ORDER_LIES = {
+    "int-subclass": (
+        "\n\nclass _N(int):  # the bug's data; it says it is at least, and at most, anything\n"
+        "    def __le__(self, other):\n        return True\n\n    def __ge__(self, other):\n        return True\n\n"
+        "    def __gt__(self, other):\n        return True\n\n\n_add = add\n\n\ndef add(a, b):\n    return _N(_add(a, b))\n",
+        "compared a _N whose",
+    ),
+    "object": (
+        "\n\nclass _Any:  # ordered against anything\n    def __init__(self, v):\n        self.v = v\n\n"
+        "    def __le__(self, other):\n        return True\n\n    __ge__ = __gt__ = __lt__ = __le__\n\n"
+        "    def __eq__(self, other):\n        return self.v == other\n\n    __hash__ = None\n\n\n"
+        "_add = add\n\n\ndef add(a, b):\n    return _Any(_add(a, b))\n",
+        "says it holds against anything",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ORDER_LIES))
+def test_an_order_comparison_that_holds_against_anything_is_refused(tmp_path, case):
+    """``<``, ``<=``, ``>``, ``>=`` in test code (chained too) go through the checker: a builtin
+    subclass of the change's is ordered by its data, and an order method of the change's may not
+    hold against a fresh object."""
+    tail, reason = ORDER_LIES[case]
+    v, _, proc = run_strict(tmp_path, tail, ORDER_TESTS)
+    assert "2 passed" in proc.stdout, proc.stdout[-2000:]  # the attack works in-process
+    assert v.tests.get(F2P) == "FAILED", v.tests
+    assert any(reason in r for r in v.refused), v.refused
+
+
+def test_honest_orderings_are_not_refused(tmp_path):
+    """Gold returning an ``int`` subclass of its own and a ``functools.total_ordering`` class;
+    chains, sets and strings ordered in test code."""
+    tail = """
+
+import functools
+
+
+class Count(int):
+    def __repr__(self):
+        return "Count(%d)" % self
+
+
+@functools.total_ordering
+class Version:
+    def __init__(self, n):
+        self.n = n
+
+    def __eq__(self, other):
+        return isinstance(other, Version) and self.n == other.n
+
+    def __lt__(self, other):
+        if not isinstance(other, Version):
+            return NotImplemented
+        return self.n < other.n
+
+
+def add(a, b):
+    return Count(a + b)
+"""
+    tests = """from pkg import Version, add
+
+
+def test_add():
+    assert 3 <= add(1, 2) <= 3 < 4
+    assert Version(1) < Version(add(1, 2)) <= Version(3)
+    assert {1} <= {1, 2} and "a" < "b" and (1, 2) < (1, 3)
+
+
+def test_zero():
+    assert not add(0, 0) > 0
+"""
+    v, _, proc = run_strict(tmp_path, "", tests, files={"pkg/__init__.py": BUGGY + tail})
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
+
+
+TRUTH_TESTS = """from pkg import add, errors
+
+
+def test_add():
+    assert not errors(add(1, 2), 3)
+    assert errors(add(1, 2), 4)
+
+
+def test_zero():
+    assert not errors(add(0, 0), 0)
+"""
+ERRORS = "\n\ndef errors(got, want):\n    return [] if got == want else ['%r is not %r' % (got, want)]\n"
+TRUTH_LIES = {
+    "len": "\n\nclass _Errors(list):\n    def __len__(self):\n        return 0\n",
+    "bool": "\n\nclass _Errors(list):\n    def __bool__(self):\n        return False\n",
+}
+
+
+@pytest.mark.parametrize("case", list(TRUTH_LIES))
+def test_a_value_whose_truth_is_not_its_data_is_refused(tmp_path, case):
+    """``assert not errors(...)``: the list of errors the code returns is a list subclass of the
+    change's that says it is empty; its truth is read by its data."""
+    tail = (
+        ERRORS
+        + TRUTH_LIES[case]
+        + "\n\n_errors = errors\n\n\ndef errors(got, want):\n    return _Errors(_errors(got, want))\n"
+    )
+    tests = TRUTH_TESTS.replace("    assert errors(add(1, 2), 4)\n", "")
+    v, _, proc = run_strict(tmp_path, tail, tests)
+    assert "2 passed" in proc.stdout, proc.stdout[-2000:]  # the attack works in-process
+    assert v.tests.get(F2P) == "FAILED", v.tests
+    assert any("read the truth of a _Errors that is not its list data's" in r for r in v.refused), v.refused
+
+
+def test_honest_truths_are_not_refused(tmp_path):
+    """Gold returning a list subclass of its own (its truth its data's), a ``not`` of plain values,
+    of a class with a ``__bool__`` of its own, and an ``assert`` of an object."""
+    tail = (
+        ERRORS
+        + "\n\nclass Errors(list):\n    def __len__(self):\n        return list.__len__(self)\n\n\n"
+        + "class Flag:\n    def __bool__(self):\n        return False\n\n\n"
+        + "_errors = errors\n\n\ndef errors(got, want):\n    return Errors(_errors(got, want))\n"
+    )
+    tests = (
+        TRUTH_TESTS
+        + "\n\ndef test_plain():\n    from pkg import Flag\n\n    assert not Flag() and not 0 and Flag is not None\n"
+    )
+    v, _, proc = run_strict(
+        tmp_path, "", tests, files={"pkg/__init__.py": "def add(a, b):\n    return a + b\n" + tail}
+    )
+    want = {F2P: "PASSED", P2P: "PASSED", "tests/test_add.py::test_plain": "PASSED"}
+    assert (v.tests, v.closed, v.refused) == (want, 1, []), proc.stdout[-2000:]
+
+
+DENIALS = {  # (tail, tests, reason): a negative assertion that the change's method answers
+    "not-in": (
+        "\n\nclass _Items(list):  # never finds an empty item\n    def __contains__(self, item):\n"
+        "        return item != '' and list.__contains__(self, item)\n\n\n"
+        "def items(text):\n    return _Items(text.split(','))\n",
+        "from pkg import add, items\n\n\ndef test_add():\n    assert '' not in items('a,,b')\n\n\n"
+        "def test_zero():\n    assert add(0, 0) == 0\n",
+        "compared a _Items whose `not in` says absent where its list data holds it",
+    ),
+    "ne": (
+        "\n\nclass _Text(str):  # different from anything\n    def __ne__(self, other):\n        return True\n\n"
+        "    __hash__ = str.__hash__\n\n\ndef text(a, b):\n    return _Text(str(add(a, b)))\n",
+        "from pkg import add, text\n\n\ndef test_add():\n    assert text(1, 1) != '0'\n\n\n"
+        "def test_zero():\n    assert add(0, 0) == 0\n",
+        "compared a _Text whose != says different where its str data is equal",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DENIALS))
+def test_a_negative_comparison_the_change_answers_against_its_data_is_refused(tmp_path, case):
+    """``x not in items`` / ``x != y``: a builtin subclass of the change's that denies what its
+    data holds (an empty item it never finds, a text different from everything)."""
+    tail, tests, reason = DENIALS[case]
+    v, _, proc = run_strict(tmp_path, tail, tests)
+    assert "2 passed" in proc.stdout, proc.stdout[-2000:]  # the attack works in-process
+    assert v.tests.get(F2P) == "FAILED", v.tests
+    assert any(reason in r for r in v.refused), v.refused
+
+
+def test_honest_negative_comparisons_are_not_refused(tmp_path):
+    """A list subclass of the change's whose ``__contains__`` agrees with its data, a str subclass
+    whose ``__ne__`` is ``str``'s own, and plain values."""
+    tail = (
+        "\n\nclass Items(list):\n    def __contains__(self, item):\n        return list.__contains__(self, item)\n\n\n"
+        "class Text(str):\n    def __ne__(self, other):\n        return str.__ne__(self, other)\n\n"
+        "    __hash__ = str.__hash__\n\n\ndef items(text):\n    return Items(x for x in text.split(',') if x)\n"
+    )
+    tests = (
+        "from pkg import Items, Text, add, items\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
+        "def test_zero():\n    assert '' not in items('a,,b') and Text('a') != 'b' and 1 != 2 and 'x' not in 'abc'\n"
+    )
+    gold = "def add(a, b):\n    return a + b\n"
+    v, _, proc = run_strict(tmp_path, "", tests, files={"pkg/__init__.py": gold + tail})
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
+
+
 FRAMEWORK_TESTS = """import pluggy
 from pkg import add
 

@@ -486,22 +486,32 @@ def _base_eq(x, other):
 
 
 def _number_data(x):
-    """``x`` with each instance of an ``int`` / ``float`` / ``complex`` subclass in it (in lists,
-    tuples and dict values) read as its builtin data: what its arithmetic would give if the
-    subclass did not override it (``x`` itself when it holds none)."""
+    """``x`` with each instance of a subclass of ``int`` / ``float`` / ``complex`` / ``str`` /
+    ``bytes`` / ``list`` / ``tuple`` in it (in lists, tuples and dict values) read as its builtin
+    data: what its arithmetic and ordering would give if the subclass did not override them
+    (``x`` itself when it holds none, or more than :data:`COMPARED_BUDGET` values)."""
     kind = type(x)
     if kind in PLAIN:
         return x
     base = _base(kind)
-    if base in (int, float, complex):
+    if base in (int, float, complex, str, bytes):
         return base.__add__(x, base())
-    if kind in (list, tuple):
-        items = [_number_data(v) for v in x[:COMPARED_BUDGET]]
-        return x if all(map(operator.is_, items, x)) else kind(items)
-    if kind is dict:
-        values = {k: _number_data(v) for k, v in list(x.items())[:COMPARED_BUDGET]}
-        return x if all(values[k] is v for k, v in x.items() if k in values) else values
+    if base in (list, tuple) and len(x) <= COMPARED_BUDGET:
+        items = [_number_data(v) for v in base.__iter__(x)]
+        return x if kind is base and all(map(operator.is_, items, x)) else base(items)
+    if kind is dict and len(x) <= COMPARED_BUDGET:
+        values = {k: _number_data(v) for k, v in dict.items(x)}
+        return x if all(values[k] is v for k, v in dict.items(x)) else values
     return x
+
+
+ORDER = {
+    "<": (operator.lt, "__lt__", "__gt__"),
+    "<=": (operator.le, "__le__", "__ge__"),
+    ">": (operator.gt, "__gt__", "__lt__"),
+    ">=": (operator.ge, "__ge__", "__le__"),
+}
+"""Each order comparison: its operator, the method it asks of the left operand, and of the right."""
 
 
 def _approx(value):
@@ -672,7 +682,22 @@ def _match(x, items):
 GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
 """CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: code whose call runs nothing yet."""
 
-CHECKERS = ("eq", "ne", "in", "not_in", "chain", "bound", "enter", "raised", "left")
+CHECKERS = (
+    "eq",
+    "ne",
+    "in",
+    "not_in",
+    "chain",
+    "bound",
+    "enter",
+    "raised",
+    "left",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "truth",
+)
 """The runner's comparison functions, each bound in every rewritten test module as ``@swerl_NAME``
 (from ``_pytest.assertion.rewrite._swerl_NAME``): a name no source can spell."""
 
@@ -723,6 +748,8 @@ def _watch_equality(reporter):
         r = a != b
         if r is not True and not (type(a) in plain and type(b) in plain):
             seen(("!=",), (a, b), lit)
+        elif r is True and not (type(a) in plain and type(b) in plain):
+            reporter.denied("!=", a, b)
         return r
 
     def in_(a, b, lit=-1, site=None):
@@ -741,7 +768,33 @@ def _watch_equality(reporter):
         r = a not in b
         if not r and not (type(a) in plain and type(b) in plain):
             seen(("in",), (a, b), lit)
+        elif r is True and type(b) not in plain and type(b) not in CONTAINERS:
+            reporter.denied("not in", a, b)
         return r
+
+    def order(op):
+        compare = ORDER[op][0]
+
+        def check(a, b, lit=-1, site=None):
+            __tracebackhide__ = True
+            if site is not None:
+                hits.add((site, caller(1, "f_code")))
+            r = compare(a, b)
+            if r is not False and not (type(a) in plain and type(b) in plain):
+                seen((op,), (a, b), lit)
+            return r
+
+        return check
+
+    lt, le, gt, ge = order("<"), order("<="), order(">"), order(">=")
+
+    def truth(v):
+        """The operand of a ``not`` (an ``assert``'s own test is one): returned as it is; a builtin
+        subclass of the change's whose truth is not its data's is recorded (see Reporter.truthy)."""
+        __tracebackhide__ = True
+        if type(v) not in plain:
+            reporter.truthy(v)
+        return v
 
     class Operand:
         """One operand of a chained comparison (``a == b == c``): Python still evaluates
@@ -763,19 +816,19 @@ def _watch_equality(reporter):
 
         def __lt__(self, other):
             __tracebackhide__ = True
-            return self.v < other.v
+            return lt(self.v, other.v)
 
         def __le__(self, other):
             __tracebackhide__ = True
-            return self.v <= other.v
+            return le(self.v, other.v)
 
         def __gt__(self, other):
             __tracebackhide__ = True
-            return self.v > other.v
+            return gt(self.v, other.v)
 
         def __ge__(self, other):
             __tracebackhide__ = True
-            return self.v >= other.v
+            return ge(self.v, other.v)
 
         def __contains__(self, other):
             __tracebackhide__ = True
@@ -828,7 +881,8 @@ def _watch_equality(reporter):
         if body(key) and bodies.get(key) == "running":
             bodies[key] = "done"  # ran to its end (a return or its last line) without raising
 
-    checkers = dict(zip(CHECKERS, (eq, ne, in_, not_in, Operand, bound, enter, raised, left)))  # noqa: B905
+    fns = (eq, ne, in_, not_in, Operand, bound, enter, raised, left, lt, le, gt, ge, truth)
+    checkers = dict(zip(CHECKERS, fns))  # noqa: B905 (3.6 syntax)
     for name, fn in checkers.items():
         setattr(rewrite, "_swerl_" + name, fn)
     reporter.checkers = {"@swerl_" + name: fn for name, fn in checkers.items()}
@@ -1174,7 +1228,16 @@ class _Equality:
     each node's fields, no visitor dispatch: the tree pytest leaves is large), each comparison
     that can say "equal" replaced by a call of the runner's checker."""
 
-    OPS = {"Eq": "@swerl_eq", "NotEq": "@swerl_ne", "In": "@swerl_in", "NotIn": "@swerl_not_in"}
+    OPS = {
+        "Eq": "@swerl_eq",
+        "NotEq": "@swerl_ne",
+        "In": "@swerl_in",
+        "NotIn": "@swerl_not_in",
+        "Lt": "@swerl_lt",
+        "LtE": "@swerl_le",
+        "Gt": "@swerl_gt",
+        "GtE": "@swerl_ge",
+    }
     SKIP = frozenset(("ctx", "ops"))  # fields that never hold a comparison
 
     def __init__(self, ast):
@@ -1205,6 +1268,7 @@ class _Equality:
         operand may hold comparisons of its own)."""
         ast = self.ast
         AST, Compare, If, skip, compare = ast.AST, ast.Compare, ast.If, self.SKIP, self.compare
+        UnaryOp, Not = ast.UnaryOp, ast.Not
         Assign, literal = ast.Assign, self.literal
         old = ("Num", "Str", "Bytes", "NameConstant") if sys.version_info < (3, 8) else ()  # 3.12 warns
         leaves = frozenset([ast.Name, ast.Constant] + [getattr(ast, n) for n in old])  # hold no expression
@@ -1212,7 +1276,11 @@ class _Equality:
         while stack:
             node = stack.pop()
             # pytest's code for an assert that failed explains it (the test fails anyway)
-            fields = ("orelse",) if type(node) is If and self.failed_assert(node) else node._fields
+            failed = type(node) is If and self.failed_assert(node)
+            if failed or (type(node) is UnaryOp and type(node.op) is Not):  # an assert's test, a `not`
+                test = node.test if failed else node
+                test.operand = self.call("@swerl_truth", [test.operand], test.operand)
+            fields = ("orelse",) if failed else node._fields
             for field in fields:
                 if field in skip:
                     continue
@@ -1731,6 +1799,8 @@ class Reporter:
                 if not why and type(b) in (list, tuple, set, frozenset, dict):
                     why = self._anything_equal(list(itertools.islice(b, COMPARED_BUDGET)), None, "==")
                 why = why or self._in_why(a, b, lit)
+            elif op in ORDER:
+                why = self._order_why(op, a, b)
             elif op in ("==", "!="):
                 why = self._anything_equal(a, b, op) or self._anything_equal(b, a, op)
                 if not why and op == "==":
@@ -1741,6 +1811,127 @@ class Reporter:
             self.raised.add(self.current)
             where = "test " + str(self.current) if self.current else "code outside a test"
             self.tampered.append(where + " compared " + why)
+
+    def denied(self, op, a, b):
+        """``a != b`` said different, or ``a not in b`` said absent: where the method that said
+        so is the change's, on a subclass of a builtin type, its builtin data must agree (a list
+        whose ``__contains__`` never finds an empty item still holds one)."""
+        try:
+            if op == "not in":
+                kind, name = type(b), "__contains__"
+                base = _base(kind)
+                if base is None or kind is base or not self._mine_method(kind, name):
+                    return
+                if not base.__contains__(b, a):
+                    return
+                what = (
+                    "a "
+                    + kind.__name__
+                    + " whose `not in` says absent where its "
+                    + base.__name__
+                    + " data holds it"
+                )
+            else:
+                x = next(
+                    (
+                        v
+                        for v in (a, b)
+                        if _base(type(v)) not in (None, type(v)) and self._mine_method(type(v), "__ne__")
+                    ),
+                    None,
+                )
+                if x is None or not _base_eq(a, b):
+                    return
+                what = (
+                    "a "
+                    + type(x).__name__
+                    + " whose != says different where its "
+                    + _base(type(x)).__name__
+                    + " data is equal"
+                )
+        except Exception:
+            return
+        self.raised.add(self.current)
+        where = "test " + str(self.current) if self.current else "code outside a test"
+        self.tampered.append(where + " compared " + what)
+
+    def _mine_method(self, kind, name):
+        """Whether ``kind``'s ``name`` is the change's (not the base's unchanged, not a builtin's or
+        an installed class's)."""
+        if (kind, name) not in self.eq_code:
+            self.eq_code[(kind, name)] = self._eq_why(kind, name)
+        return bool(self.eq_code[(kind, name)]) and not self._old_method(kind, name)
+
+    def truthy(self, value):
+        """A ``not`` in test code (an ``assert``'s own test among them) read ``value``: a subclass
+        of a builtin type whose ``__bool__`` / ``__len__`` is the change's must be as true as its
+        builtin data (a list of errors whose ``__len__`` says 0 is not empty)."""
+        try:
+            kind = type(value)
+            base = _base(kind)
+            if base is None or kind is base:
+                return
+            names = [
+                n
+                for n in ("__bool__", "__len__")
+                if n in vars(_provider(kind, n)) and _provider(kind, n) is not base
+            ]
+            if not any(self._eq_why(kind, n) and not self._old_method(kind, n) for n in names):
+                return
+            data = _number_data(value)
+            if data is value or bool(value) == bool(data):
+                return
+        except Exception:
+            return
+        self.raised.add(self.current)
+        where = "test " + str(self.current) if self.current else "code outside a test"
+        self.tampered.append(
+            where + " read the truth of a " + kind.__name__ + " that is not its " + base.__name__ + " data's"
+        )
+
+    def _order_why(self, op, a, b):
+        """Why ``a OP b`` (an order comparison that said true) does not hold ("" if it does), when
+        an operand's order method is the change's (not the repository's as the base had it, not an
+        installed class's): it holds against a fresh object (an order that holds against
+        anything), or a builtin subclass among the operands is not so ordered by its builtin data
+        (an ``int`` of the change's whose ``__le__`` says True)."""
+        compare, left, right = ORDER[op]
+        mine = False
+        for x, name in ((a, left), (b, right)):
+            cls = type(x)
+            if cls in PLAIN or cls in CONTAINERS:
+                continue
+            if (cls, name) not in self.eq_code:
+                self.eq_code[(cls, name)] = self._eq_why(cls, name)
+            where = self.eq_code[(cls, name)]
+            if not where or self._old_method(cls, name):
+                continue
+            mine = True
+            try:
+                said = _slot(x, name, object())
+            except Exception:
+                continue
+            if _truth(said) is True:
+                return (
+                    "a " + cls.__name__ + " whose " + name + " says it holds against anything (" + where + ")"
+                )
+        if not mine:
+            return ""
+        da, db = _number_data(a), _number_data(b)
+        if da is a and db is b:
+            return ""
+        try:
+            said = compare(da, db)
+        except Exception:
+            said = None
+        if said is not False:
+            return ""
+        x = a if da is not a else b
+        kind = _base(type(x))
+        return (
+            "a " + type(x).__name__ + " whose " + op + " says true where its "
+            + (kind.__name__ if kind is not None else "builtin") + " data does not"
+        )  # fmt: skip
 
     def _approx_why(self, value, other):
         """Why ``value``, said equal to ``pytest.approx(...)`` (``other``), is not approximately
