@@ -3263,9 +3263,11 @@ class InstalledNames:
     def _in_test_dir(self, path):
         """Whether ``path`` is a file of the run's test directories (a ``tests/utils.py`` that
         pytest's rootdir insertion imports as the top-level ``utils``)."""
-        guard = getattr(self.reporter, "guard", None)
-        full = os.path.realpath(path)
-        return any(_inside(full, d) for d in getattr(guard, "test_dirs", ()))
+        dirs = getattr(getattr(self.reporter, "guard", None), "test_dirs", ())
+        if not dirs:
+            return False
+        full = os.path.abspath(path)  # (every module of the repository passes here: no realpath)
+        return any(_inside(full, d) for d in dirs)
 
     def _tests_own(self, value):
         """Whether ``value`` is code of the tests (a rewritten module, a test directory)."""
