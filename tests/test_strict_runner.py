@@ -3336,3 +3336,43 @@ def test_named_tuples_with_defaults_in_a_changed_file_are_not_refused(tmp_path):
     changed file imports (a real parso fix was refused as replacing a lambda's defaults)."""
     v, _, proc = run_strict(tmp_path, NAMEDTUPLE_DEFAULTS, tests=NAMEDTUPLE_TESTS)
     assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), proc.stdout[-3000:]
+
+
+CACHED_OUTSIDE_TESTS = """import marshal
+import sys
+
+from pkg import add
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_zero(pytester, monkeypatch):
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    pytester.makepyfile(test_inner="def test_y():\\n    assert 1 == 1\\n")
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    (pyc,) = pytester.path.joinpath("__pycache__").glob("test_inner.*pytest*.pyc")
+    todo, names = [marshal.loads(pyc.read_bytes()[16:])], set()
+    while todo:
+        code = todo.pop()
+        names |= set(code.co_names)
+        todo += [k for k in code.co_consts if hasattr(k, "co_names")]
+    assert names and not [n for n in names if n.startswith("@swerl")]
+"""
+
+
+def test_a_module_outside_the_repository_is_cached_as_pytest_would(tmp_path):
+    """Control: a pytester run's test module (outside the repository) is cached by pytest's
+    import hook, as pytest's own tests check (``TestPyCacheDir``); the runner kept every module it
+    transforms out of the cache, and the cache holds pytest's own code of it, not the runner's."""
+    v, _, proc = run_strict(
+        tmp_path,
+        "\n\ndef add(a, b):\n    return a + b\n",
+        tests=CACHED_OUTSIDE_TESTS,
+        files={"conftest.py": 'pytest_plugins = ["pytester"]\n'},
+    )
+    assert (v.tests, v.closed, v.refused) == ({F2P: "PASSED", P2P: "PASSED"}, 1, []), (
+        proc.stdout[-3000:],
+        proc.stderr[-3000:],
+    )

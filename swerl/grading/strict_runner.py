@@ -897,6 +897,7 @@ def _watch_equality(reporter):
         installed = os.sep + "site-packages" + os.sep in full or os.sep + "dist-packages" + os.sep in full
         return _inside(full, root) or not installed
 
+    plain = {}  # module path -> pytest's code of it, untransformed (outside the repository only)
     hook = original.__code__.co_filename  # pytest's import hook calls these from its own module;
 
     def direct():  # a test calling them itself (pytest's own tests of its rewriter) gets pytest's
@@ -907,6 +908,20 @@ def _watch_equality(reporter):
             return original(mod, *args, **kwargs)
         paths = [a for a in args if isinstance(a, str) or hasattr(a, "__fspath__")]  # not the source (bytes)
         path = str(paths[0]) if paths else kwargs.get("module_path")
+        if (
+            path is not None
+            and not sys.dont_write_bytecode
+            and ours(path)
+            and not _inside(os.path.realpath(path), root)
+        ):
+            try:  # pytest's own code of a module outside the repository, for its cache (_write_pyc)
+                import copy
+
+                twin = copy.deepcopy(mod)
+                original(twin, *args, **kwargs)
+                plain[str(path)] = compile(twin, str(path), "exec", dont_inherit=True)
+            except Exception:
+                pass
         if path is None or ours(path):
             if path is not None:  # the tree pytest parsed: _misplaced reads no file again
                 reporter.defs[os.path.realpath(str(path))] = _defs_in(ast, mod)
@@ -924,8 +939,11 @@ def _watch_equality(reporter):
     def _read_pyc(source, pyc, *args, **kwargs):  # a transformed module is compiled every run
         return None if ours(source) and not direct() else read_pyc(source, pyc, *args, **kwargs)
 
-    def _write_pyc(state, co, *args, **kwargs):  # and leaves no cache an official run would read
-        return False if ours(co.co_filename) and not direct() else write_pyc(state, co, *args, **kwargs)
+    def _write_pyc(state, co, *args, **kwargs):  # and leaves no cache of transformed code: a module
+        if not ours(co.co_filename) or direct():  # outside the repository (a pytester run's) gets
+            return write_pyc(state, co, *args, **kwargs)  # pytest's own code cached, as pytest would
+        own = plain.pop(co.co_filename, None)
+        return False if own is None else write_pyc(state, own, *args, **kwargs)
 
     rewrite.rewrite_asserts, rewrite._read_pyc, rewrite._write_pyc = rewrite_asserts, _read_pyc, _write_pyc
 
