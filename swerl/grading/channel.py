@@ -124,8 +124,7 @@ shell (no subshell, no ``sed`` / ``awk`` process on every pytest call): ``_swerl
 sets ``_swerl_path`` to NAME's path on ``PATH`` (as ``type -P``: ``hash`` searches ``PATH``
 again and ``BASH_CMDS`` holds what it found); ``_swerl_script_python NAME`` sets ``_swerl_py``
 to the interpreter of the script NAME (its ``#!`` line's program, or the one after ``env`` and
-its options),
-and fails when NAME is missing or has no such line."""
+its options), and fails when NAME is missing or has no such line."""
 
 
 def preamble(run: RunDir, window: bool = False) -> str:
@@ -137,8 +136,8 @@ def preamble(run: RunDir, window: bool = False) -> str:
 export GIT_CONFIG_PARAMETERS="'core.hooksPath=/dev/null' 'core.fsmonitor=false'"
 export PYTHONNOUSERSITE=1
 _swerl_pytest() {{ local py="$1" mode="$2"; shift 2; PYTHONSAFEPATH=1 "$py" -s {runner} "$mode" "$@"; }}
-{SHELL_LOOKUPS}pytest() {{ local _swerl_py=python3; _swerl_script_python pytest || _swerl_py=python3; _swerl_pytest "$_swerl_py" script "$@"; }}
-py.test() {{ local _swerl_py=python3; _swerl_script_python py.test || _swerl_py=python3; _swerl_pytest "$_swerl_py" script "$@"; }}
+{SHELL_LOOKUPS}pytest() {{ local _swerl_py=python3; _swerl_script_python pytest || true; _swerl_pytest "$_swerl_py" script "$@"; }}
+py.test() {{ local _swerl_py=python3; _swerl_script_python py.test || true; _swerl_pytest "$_swerl_py" script "$@"; }}
 python() {{ if [ "${{1-}}" = -m ] && [ "${{2-}}" = pytest ]; then shift 2; local _swerl_path=; _swerl_which python || true; _swerl_pytest "$_swerl_path" module "$@"; else command python "$@"; fi; }}
 python3() {{ if [ "${{1-}}" = -m ] && [ "${{2-}}" = pytest ]; then shift 2; local _swerl_path=; _swerl_which python3 || true; _swerl_pytest "$_swerl_path" module "$@"; else command python3 "$@"; fi; }}
 """
