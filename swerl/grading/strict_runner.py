@@ -958,9 +958,9 @@ def _test_prefixes(config):
     return tuple({"test"} | {p for p in patterns if not any(c in p for c in "*?[")})
 
 
-def body_key(path, cls, name):
+def body_key(path, cls, name, real=os.path.realpath):
     """The key a test function's body records under: its file, innermost class and name."""
-    return os.path.realpath(path) + "::" + (cls or "") + "::" + name
+    return real(path) + "::" + (cls or "") + "::" + name
 
 
 def _mark_bodies(ast, mod, path, prefixes):
@@ -1453,6 +1453,54 @@ def _watch_assert(case, name, op, reporter):
 _MODULE_DICT = type(sys).__dict__["__dict__"]
 
 
+HIDDEN_TEST = "swerl::hidden ("
+"""What ``PYTEST_CURRENT_TEST`` starts with while a test of the graded run is running."""
+
+
+def _hide_current_test(reporter):
+    """pytest names the running test in ``PYTEST_CURRENT_TEST``, and reading ``os.environ`` raises
+    no audit event: package code could act on the issue's test alone and keep the bug for every
+    other caller. Installed before the snapshot (``_pytest.runner`` is watched), so the tests of
+    this run see the variable set, as code that asks whether pytest runs it expects, naming no
+    test; a run of pytest inside the tests (pytester) has its own config and the real names.
+    Every read of the environment decodes its value through ``os.environ.decodevalue``: the
+    change's code reading this one is recorded (:meth:`Guard.read_current_test`)."""
+    try:
+        from _pytest import runner
+    except ImportError:
+        return
+    real = getattr(runner, "_update_current_test_var", None)
+    if real is None:  # pytest before 3.2 sets no such variable
+        return
+
+    def _update_current_test_var(item, when):
+        if when and getattr(item, "config", None) is reporter.config:
+            os.environ["PYTEST_CURRENT_TEST"] = HIDDEN_TEST + when + ")"
+        else:
+            real(item, when)
+
+    runner._update_current_test_var = _update_current_test_var
+    decode = getattr(os.environ, "decodevalue", None)
+    if decode is None:
+        return
+
+    def decodevalue(value):
+        text = decode(value)
+        if type(text) is str and text.startswith(HIDDEN_TEST):
+            guard = reporter.guard
+            if guard is not None and guard.installed and not guard.busy:
+                guard.busy = True
+                try:
+                    guard.read_current_test()
+                except Exception:
+                    pass
+                finally:
+                    guard.busy = False
+        return text
+
+    os.environ.decodevalue = decodevalue
+
+
 def _namespace(mod):
     """A module's own globals, read the way the interpreter holds them: a module class's
     ``__dict__`` property is not run (apipkg's lazy modules, ``py`` among them, import every
@@ -1464,8 +1512,21 @@ def _namespace(mod):
     return names if isinstance(names, dict) else {}
 
 
-def code_file(fn):
-    code = getattr(fn, "__code__", None) or getattr(vars(type(fn)).get("__call__"), "__code__", None)
+def _code(fn, guard=None, _function=types.FunctionType):
+    """``fn.__code__`` (None if it has none), read as the runner's own when ``fn`` is a plain
+    function, whose code C hands over running no one's code: the guard then need not ask who read
+    it (several reads of each test function's code a test, each otherwise a whole question)."""
+    if guard is None or guard.busy or type(fn) is not _function:
+        return getattr(fn, "__code__", None)
+    guard.busy = True
+    try:
+        return fn.__code__
+    finally:
+        guard.busy = False
+
+
+def code_file(fn, guard=None):
+    code = _code(fn, guard) or getattr(vars(type(fn)).get("__call__"), "__code__", None)
     return getattr(code, "co_filename", "") or ""
 
 
@@ -1504,9 +1565,18 @@ class Reporter:
         self.called = set()  # node ids whose call phase ran through the runner's call wrapper
         self.rewrites = True  # whether pytest rewrites (and the runner transforms) test modules
         self.declared_xfail, self.xfail_trees = set(), {}  # see _declares_xfail
+        self.reals = {}  # path -> its realpath, for the few test files each test asks about (real)
+
+    def real(self, path):
+        """``os.path.realpath(path)``, remembered: the checks of every test ask it of their test
+        file and function several times, and each fresh answer is an ``lstat`` per component."""
+        full = self.reals.get(path)
+        if full is None:
+            full = self.reals[path] = os.path.realpath(path)
+        return full
 
     def _foreign(self, fn):
-        return self._file_why(code_file(fn))
+        return self._file_why(code_file(fn, self.guard))
 
     def _file_why(self, path):
         """Why code from ``path`` is not the base's: generated, a file the change touched, or
@@ -1686,7 +1756,7 @@ class Reporter:
         for it was not its body (a replaced runtest or call hook, a swapped ``__code__``: none of
         its numbers is recorded with its code) ("" if not).
         Only for the function itself (not a wrapper that may not call it)."""
-        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        code = _code(getattr(fn, "__func__", fn), self.guard)
         if code is None or code.co_flags & GENERATOR_FLAGS:  # its body may not have run at all
             return ""
         sites = self.required.get((code.co_filename, code.co_name, code.co_firstlineno))
@@ -1761,7 +1831,7 @@ class Reporter:
         """:meth:`rerouted` for the globals a test function runs with, if its code (whose file
         name no code can change unseen) was compiled by the rewriter."""
         fn = getattr(fn, "__func__", fn)
-        code = getattr(fn, "__code__", None)
+        code = _code(fn, self.guard)
         if code is None or code.co_filename not in self.rewritten:
             return ""
         self.test_globals[id(fn.__globals__)] = fn.__globals__
@@ -2422,18 +2492,14 @@ class Reporter:
         if not path or not self.was_rewritten(path):
             return ""
         name = getattr(item, "originalname", None) or getattr(item, "name", "")
-        code = getattr(getattr(item, "obj", None), "__code__", None)
-        if (
-            code is None
-            or code.co_name != name
-            or os.path.realpath(code.co_filename) != os.path.realpath(path)
-        ):
+        code = _code(getattr(item, "obj", None), self.guard)
+        if code is None or code.co_name != name or self.real(code.co_filename) != self.real(path):
             return ""  # a wrapper of the tests' own decides whether the body runs (one may skip it)
         classes = [c.__name__ for c in getattr(getattr(item, "cls", None), "__mro__", ())] or [None]
-        keys = [body_key(path, c, name) for c in classes]
+        keys = [body_key(path, c, name, self.real) for c in classes]
         ran = [self.bodies[k] for k in keys if k in self.bodies]
         if not ran:
-            defs = self.defs.get(os.path.realpath(path), {})
+            defs = self.defs.get(self.real(path), {})
             if not any((c, name) in defs for c in classes):
                 return ""  # no def of that name where the item is (an alias such as test_b = test_a)
             return "its body never ran"
@@ -2446,8 +2512,8 @@ class Reporter:
         if path in self.rewritten:
             return True
         if len(self.rewritten_real) != len(self.rewritten):
-            self.rewritten_real = {os.path.realpath(p) for p in self.rewritten}
-        return os.path.realpath(path) in self.rewritten_real
+            self.rewritten_real = {self.real(p) for p in self.rewritten}
+        return self.real(path) in self.rewritten_real
 
     def unwatched(self, item):
         """Why the module of ``item``'s test ran without the runner's checks ("" if it did):
@@ -2455,7 +2521,7 @@ class Reporter:
         watched); one the rewrite hook was made to pass over loads as plain Python."""
         module = getattr(item, "module", None)
         path = getattr(module, "__file__", None)
-        if not self.rewrites or not path or not _inside(os.path.realpath(path), os.path.realpath(self.root)):
+        if not self.rewrites or not path or not _inside(self.real(path), self.real(self.root)):
             return ""
         if self.was_rewritten(path):
             return ""
@@ -2672,7 +2738,7 @@ class Guard:
         test itself, and whatever existed before) is not the change's, whatever it does to it."""
         if id(fn) in self.copies:
             return True
-        code = getattr(fn, "__code__", None)
+        code = _code(fn, self)
         return id(code) in self.copied and id(fn) not in self.copied[id(code)][2]
 
     def copy_why(self, fn):
@@ -2781,6 +2847,21 @@ class Guard:
         while f is not None and (self._hands(f.f_code) or (self._mine(f.f_code) and self.kept(f.f_code))):
             f = f.f_back  # a function of a changed file that the change left as the base had it hands too
         return f
+
+    def read_current_test(self):
+        """Record the change's code reading ``PYTEST_CURRENT_TEST`` (see _hide_current_test): the
+        first frame above ``os.environ``'s own and its mapping methods' (a function of a changed
+        file that the change left as the base had it hands on, as in :meth:`asker`)."""
+        f = sys._getframe(3)  # read_current_test, decodevalue, then os.environ's own method
+        while f is not None and (
+            _stdlib_module(f.f_code.co_filename) in ("os", "_collections_abc")
+            or (self._mine(f.f_code) and self.kept(f.f_code))
+        ):
+            f = f.f_back
+        who = f.f_code.co_filename if f is not None and self._mine(f.f_code) else self._thread_owner()
+        why = "the change's code (%s) read PYTEST_CURRENT_TEST: which test runs is not its to know"
+        if who and why % who not in self.found:
+            self.found.append(why % who)
 
     def _test_function(self, fn, _function=types.FunctionType):
         """Whether ``fn`` is a test function of a module pytest rewrote (at its top level or in a
@@ -3472,7 +3553,12 @@ def _wrap_call(reporter):
             why = ""
         if "runtest" in getattr(item, "__dict__", {}):  # pytest never sets it; the class's is watched
             why = why or "a runtest set on the item itself"
-        why = why or reporter.not_collected(item) or _renamed(item) or _misplaced(item, reporter.defs)
+        why = (
+            why
+            or reporter.not_collected(item)
+            or _renamed(item, reporter.guard)
+            or _misplaced(item, reporter)
+        )
         why = why or reporter.copied(getattr(item, "obj", None))
         unwatched = reporter.unwatched(item)
         if unwatched:
@@ -3511,7 +3597,7 @@ def _after_call(reporter, item, passed):
     try:
         fn = getattr(item.obj, "__func__", item.obj)
         why = reporter.unchecked(fn) if passed else ""
-        if fn.__code__.co_filename in reporter.rewritten:
+        if _code(fn, reporter.guard).co_filename in reporter.rewritten:
             reporter.item_globals[item.nodeid] = fn.__globals__
     except Exception:  # items without a Python function (doctests, other plugins' items)
         return
@@ -3529,7 +3615,7 @@ def _forget_sources(files):
             cache.pop(name, None)
 
 
-def _name_and_code(item):
+def _name_and_code(item, guard=None):
     """The name a test's file gives it and the code of the function it runs (decorators'
     ``__wrapped__`` followed; None for no function)."""
     fn = getattr(item, "obj", None)
@@ -3537,13 +3623,13 @@ def _name_and_code(item):
     while getattr(fn, "__wrapped__", None) is not None:
         fn = fn.__wrapped__
     name = getattr(item, "originalname", None) or getattr(item, "name", "")
-    return name, getattr(fn, "__code__", None)
+    return name, _code(fn, guard)
 
 
-def _renamed(item):
+def _renamed(item, guard=None):
     """A test the file defines with ``def NAME`` but whose collected function is another one
     (a sibling bound to its name; an alias like ``test_b = test_a`` has no ``def`` and passes)."""
-    name, code = _name_and_code(item)
+    name, code = _name_and_code(item, guard)
     path = str(getattr(item, "fspath", "") or "")
     if code is None or code.co_name == name or not path.endswith(".py"):
         return ""
@@ -3557,15 +3643,16 @@ def _renamed(item):
     return ""
 
 
-def _misplaced(item, defs):
+def _misplaced(item, reporter):
     """A test whose function has its name but is another ``def`` of its file (a passing namesake
     of another class bound in its place): the function pytest calls must be one the file defines
     where the item is, at the top level for a module's test, in a class of the item's class's
-    MRO for a method. ``defs``: {path: {(class name or None, name): first lines}}, filled by the
-    rewrite hook (:func:`_watch_equality`), else here."""
-    name, code = _name_and_code(item)
-    path = os.path.realpath(str(getattr(item, "fspath", "") or ""))
-    if code is None or code.co_name != name or os.path.realpath(code.co_filename) != path:
+    MRO for a method. ``reporter.defs``: {path: {(class name or None, name): first lines}},
+    filled by the rewrite hook (:func:`_watch_equality`), else here."""
+    name, code = _name_and_code(item, reporter.guard)
+    defs, real = reporter.defs, reporter.real
+    path = real(str(getattr(item, "fspath", "") or ""))
+    if code is None or code.co_name != name or real(code.co_filename) != path:
         return ""
     if path not in defs:
         defs[path] = _defs(path)
@@ -3848,6 +3935,7 @@ def main():
     # may rewrite its own files later: what it loaded is this text)
     _watch_equality(reporter)  # every ==, !=, in of the test modules shows the runner what said "equal"
     _watch_unittest(reporter)  # imports unittest (watched; pytest imports it anyway)
+    _hide_current_test(reporter)  # which test runs is not the change's to read
 
     reporter.seen = snapshot(extra=(__name__,))
     if mode == "module":  # `python -m pytest` puts the working directory first
