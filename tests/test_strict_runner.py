@@ -1186,6 +1186,16 @@ def test_hooks_applications_set_in_imported_modules_are_not_refused(tmp_path):
     assert (v.tests, v.closed, v.refused) == ({F2P: "FAILED", P2P: "PASSED"}, 1, []), proc.stdout[-2000:]
 
 
+def test_a_hook_slot_is_judged_by_what_it_holds_at_the_end(tmp_path):
+    """pytest sets and restores ``threading.excepthook`` around each phase of each test, and who
+    set it is not asked each time; a hook of the change's left there is still refused."""
+    tail = "\nimport threading as _threading\n\n\ndef _quiet(args):\n    pass\n\n\n_threading.excepthook = _quiet\n"
+    tests = TESTS.replace("from pkg import add", "import threading\n\nfrom pkg import add")
+    v, _, proc = run_strict(tmp_path, tail, tests)
+    assert v.tests == {F2P: "FAILED", P2P: "PASSED"}, proc.stdout[-2000:]
+    assert any("threading.excepthook" in r for r in v.refused), v.refused
+
+
 TEXT_TESTS = """from pkg import text
 
 

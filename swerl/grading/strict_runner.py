@@ -3163,6 +3163,11 @@ class InstalledNames:
     judged; nor are ``sys`` and ``warnings`` (hook slots) or ``builtins`` (snapshotted)."""
 
     EXEMPT = frozenset(("sys", "builtins", "warnings", "__main__"))
+    HOOK_SLOTS = frozenset((("threading", "excepthook"),))
+    """Names of other modules that hold a hook the standard library calls, as ``sys``'s do: pytest
+    sets and restores ``threading.excepthook`` around every phase of every test, and who set it
+    is not asked (a stack walk each time); a value left there at the end is judged as a write
+    into the module's dict is (:meth:`replaced`)."""
 
     def __init__(self, root, reporter):
         import threading
@@ -3238,8 +3243,8 @@ class InstalledNames:
             return
         entry = self.before.get(id(mod))
         held = _namespace(mod).get(attr, _MISSING)
-        if entry is None or entry[0] is not mod or value is held:
-            return  # not recorded, or set to what it holds already (nothing changes)
+        if entry is None or entry[0] is not mod or value is held or (entry[1], attr) in self.HOOK_SLOTS:
+            return  # not recorded, set to what it holds already (nothing changes), or a hook slot
         self.set[(id(mod), attr)] = value
         if (self.writes and self._undone(entry[1], attr, value)) or value is entry[2].get(attr, _MISSING):
             return
