@@ -1537,6 +1537,7 @@ class Reporter:
         self.channel, self.seen, self.changed, self.root = channel, seen, changed, root
         self.phases, self.raised, self.tampered, self.count, self.config = {}, set(), [], 0, None
         self.startup, self.startup_ids, self.results, self.current = [], set(), {}, None
+        self.unsent = {}  # node ids whose status is not written yet, in the order they finished
         self.startup_fns, self.guard = set(), None
         self.eq_code = {}  # (type, method name) -> why its equality is the change's ("" if not)
         self.consts = {}  # id -> (a test module's literal constant, a copy of its data, its name, module)
@@ -2553,7 +2554,17 @@ class Reporter:
         if status == "PASSED" and body:
             status = "FAILED"
             self.tampered.append("test " + nodeid + " was reported passed but " + body)
-        self.results[nodeid] = status  # a rerun plugin's last attempt wins; written at the end
+        self.results[nodeid] = status  # a rerun plugin's last attempt wins
+        self.unsent[nodeid] = None  # written once another test starts (see send_finished), or at the end
+
+    def send_finished(self, starting):
+        """A test starts: write the status of every test finished before it but this one (a rerun
+        plugin runs a test again at once, and its last attempt counts). Code that reaches this
+        reporter (the plugin manager hands it out) can then no longer rewrite what an earlier test
+        reported; a second record for a test is refused by the supervisor."""
+        for nodeid in [n for n in self.unsent if n != starting]:
+            del self.unsent[nodeid]
+            self.channel.write({"test": nodeid, "status": self.results[nodeid]})
 
     def pytest_sessionfinish(self, session):
         self.check(session.config)
@@ -2610,8 +2621,8 @@ class Reporter:
             self.tampered.append(
                 "files of the tests were changed during the run by another process: " + ", ".join(others[:8])
             )
-        for nodeid, status in self.results.items():
-            self.channel.write({"test": nodeid, "status": status})
+        for nodeid in list(self.unsent):
+            self.channel.write({"test": nodeid, "status": self.results[nodeid]})
         self.channel.write(
             {
                 "end": True,
@@ -3166,8 +3177,8 @@ class InstalledNames:
     HOOK_SLOTS = frozenset((("threading", "excepthook"),))
     """Names of other modules that hold a hook the standard library calls, as ``sys``'s do: pytest
     sets and restores ``threading.excepthook`` around every phase of every test, and who set it
-    is not asked (a stack walk each time); a value left there at the end is judged as a write
-    into the module's dict is (:meth:`replaced`)."""
+    is not asked (a stack walk each time); what it holds at the end must not be the change's
+    code (:meth:`replaced`)."""
 
     def __init__(self, root, reporter):
         import threading
@@ -3418,6 +3429,11 @@ class InstalledNames:
                 now = names.get(attr, _MISSING)
                 if (attr[:1] == "_" and attr != "__getattr__") or now is before.get(attr, _MISSING):
                     continue
+                if (modname, attr) in self.HOOK_SLOTS:
+                    path = code_file(getattr(now, "func", now))  # (pytest's own is a partial)
+                    if path and self.reporter._file_why(path):
+                        out.append(modname + "." + attr + " (holds the change's code)")
+                    continue
                 if now is _MISSING or not callable(now) or self.set.get((id(mod), attr), _MISSING) is now:
                     continue  # data, or set through setattr (judged by who did it, above)
                 if not self._explained(now, attr, top):
@@ -3542,6 +3558,7 @@ def _watch_setup(reporter):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(item):
+        reporter.send_finished(item.nodeid)
         reporter.params_why[item.nodeid] = reporter.params_changed(item)
 
     return pytest_runtest_setup
@@ -3861,7 +3878,7 @@ def supervise(pipe, pid, verdict, key):
                 bad.append("the runner's pipe carried a line that is not the runner's record")
             elif rec.get("end"):
                 end = rec
-            elif rec.get("test") in tests:  # the runner writes each test once, at the end
+            elif rec.get("test") in tests:  # the runner writes each test once (when the next starts)
                 bad.append("two records for one test on the runner's pipe")
             elif rec.get("start") or started:
                 signer.write(rec)
