@@ -852,16 +852,14 @@ def _watch_equality(reporter):
             value = space.get(name)
             reporter.consts[id(value)] = (value, _copy_data(value), name, space.get("__name__"))
 
-    bodies, real = reporter.bodies, {}
+    bodies, real = reporter.bodies, reporter.real
 
     def body(key):
         """Whether the function calling a body checker is the one ``key`` names (its file and
         name): the checkers are reachable as module attributes, a call from elsewhere is forged."""
         code = caller(2, "f_code")
         path, _, name = key.rpartition("::")
-        if code.co_filename not in real:
-            real[code.co_filename] = os.path.realpath(code.co_filename)
-        if code.co_name == name and real[code.co_filename] == path.rpartition("::")[0]:
+        if code.co_name == name and real(code.co_filename) == path.rpartition("::")[0]:
             return True
         reporter.tampered.append(
             "a test body's record written from " + code.co_filename + " (" + code.co_name + ")"
@@ -1489,13 +1487,10 @@ def _hide_current_test(reporter):
         if type(text) is str and text.startswith(HIDDEN_TEST):
             guard = reporter.guard
             if guard is not None and guard.installed and not guard.busy:
-                guard.busy = True
                 try:
-                    guard.read_current_test()
+                    guard.own(guard.read_current_test)
                 except Exception:
                     pass
-                finally:
-                    guard.busy = False
         return text
 
     os.environ.decodevalue = decodevalue
@@ -1516,13 +1511,9 @@ def _code(fn, guard=None, _function=types.FunctionType):
     """``fn.__code__`` (None if it has none), read as the runner's own when ``fn`` is a plain
     function, whose code C hands over running no one's code: the guard then need not ask who read
     it (several reads of each test function's code a test, each otherwise a whole question)."""
-    if guard is None or guard.busy or type(fn) is not _function:
+    if guard is None or type(fn) is not _function:
         return getattr(fn, "__code__", None)
-    guard.busy = True
-    try:
-        return fn.__code__
-    finally:
-        guard.busy = False
+    return guard.own(getattr, fn, "__code__")
 
 
 def code_file(fn, guard=None):
@@ -2849,30 +2840,45 @@ class Guard:
         starter = getattr(self, "thread_starter", None)
         return starter is None or _thread.start_new_thread is threading._start_new_thread is starter
 
-    def asker(self, depth):
+    def asker(self, depth, also=()):
         """The frame that asked for what the frame ``depth`` levels up did: that frame, or, while
-        it is a standard-library function that hands frames or text to its caller (HANDS), its
-        caller. Only the asker is blamed: a frame of the change further up the stack is not (its
-        logging, warnings and namedtuples take frames for their own use)."""
+        it is a standard-library function that hands frames or text to its caller (HANDS, or any
+        function of the standard-library modules ``also``), its caller. Only the asker is blamed:
+        a frame of the change further up the stack is not (its logging, warnings and namedtuples
+        take frames for their own use)."""
         f = sys._getframe(depth + 1)
-        while f is not None and (self._hands(f.f_code) or (self._mine(f.f_code) and self.kept(f.f_code))):
+        while f is not None and (
+            self._hands(f.f_code)
+            or (also and _stdlib_module(f.f_code.co_filename) in also)
+            or (self._mine(f.f_code) and self.kept(f.f_code))
+        ):
             f = f.f_back  # a function of a changed file that the change left as the base had it hands too
         return f
 
+    def own(self, fn, *args):
+        """``fn(*args)`` as the runner's own doing: the events it raises (frames taken, code read)
+        are no one's question for the guard."""
+        if self.busy:
+            return fn(*args)
+        self.busy = True
+        try:
+            return fn(*args)
+        finally:
+            self.busy = False
+
+    def _blame_reader(self, f, what):
+        """Record ``what`` as the change's doing when the asking frame ``f`` is the change's code,
+        or the running thread is one the change started (its target may be C code)."""
+        who = f.f_code.co_filename if f is not None and self._mine(f.f_code) else self._thread_owner()
+        why = "the change's code (" + str(who) + ") " + what
+        if who and why not in self.found:
+            self.found.append(why)
+
     def read_current_test(self):
         """Record the change's code reading ``PYTEST_CURRENT_TEST`` (see _hide_current_test): the
-        first frame above ``os.environ``'s own and its mapping methods' (a function of a changed
-        file that the change left as the base had it hands on, as in :meth:`asker`)."""
-        f = sys._getframe(3)  # read_current_test, decodevalue, then os.environ's own method
-        while f is not None and (
-            _stdlib_module(f.f_code.co_filename) in ("os", "_collections_abc")
-            or (self._mine(f.f_code) and self.kept(f.f_code))
-        ):
-            f = f.f_back
-        who = f.f_code.co_filename if f is not None and self._mine(f.f_code) else self._thread_owner()
-        why = "the change's code (%s) read PYTEST_CURRENT_TEST: which test runs is not its to know"
-        if who and why % who not in self.found:
-            self.found.append(why % who)
+        asker above ``os.environ``'s own and its mapping methods' frames."""
+        f = self.asker(4, also=("os", "_collections_abc"))  # read_current_test, own, decodevalue, os's
+        self._blame_reader(f, "read PYTEST_CURRENT_TEST: which test runs is not its to know")
 
     def _test_function(self, fn, _function=types.FunctionType):
         """Whether ``fn`` is a test function of a module pytest rewrote (at its top level or in a
@@ -2892,10 +2898,8 @@ class Guard:
         did: its constants are the test's expected values (a test module is reached through
         ``sys.modules`` with no event; reading its function's code is the event)."""
         f = self.asker(3)  # _code_read, _check, __call__, then the frame that read it
-        who = f.f_code.co_filename if f is not None and self._mine(f.f_code) else self._thread_owner()
-        why = "the change's code (%s) read a test's code (%s): its constants are the test's expected values"
-        if who and why % (who, fn.__qualname__) not in self.found:
-            self.found.append(why % (who, fn.__qualname__))
+        what = "read a test's code (" + fn.__qualname__ + "): its constants are the test's expected values"
+        self._blame_reader(f, what)
 
     def _hands(self, code):
         names = self.hands.get(code.co_filename, _MISSING)
